@@ -1,0 +1,346 @@
+"""``Client`` and ``AsyncClient``: Orbit's HTTP API over httpx2.
+
+Neither client retries anything on its own. Every failure surfaces once, as an
+:class:`~orbit_sdk.OrbitError` carrying ``retryable`` (and ``retry_after`` for transient
+errors), so the caller decides whether, when and how often to try again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self, TypeAlias
+
+import httpx2
+import msgspec
+
+import orbit_sdk
+from orbit_sdk._config import DEFAULT_TIMEOUT, ClientConfig
+from orbit_sdk._errors import (
+    UNEXPECTED_RESPONSE,
+    OrbitError,
+    TransportError,
+    describe_unexpected,
+    error_from_http,
+)
+from orbit_sdk._health import Readiness, health_from_http, readiness_from_http
+
+__all__ = ["AsyncClient", "Client", "QueryParams"]
+
+QueryScalar: TypeAlias = str | int | float | bool | None
+QueryParams: TypeAlias = Mapping[str, QueryScalar | Sequence[QueryScalar]]
+"""Query parameters; ``None`` values are left out, sequences repeat the name."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One prepared request: everything both clients need to send it and report on it."""
+
+    method: str
+    path: str
+    content: bytes | None
+    headers: dict[str, str]
+    params: httpx2.QueryParams | None
+    timeout: float | None
+
+
+def _prepare(
+    method: str,
+    path: str,
+    json: Any,
+    params: QueryParams | None,
+    timeout: float | None,
+) -> _Call:
+    # The bearer key must only ever go to the configured server: no absolute URLs here.
+    if not path.startswith("/") or path.startswith("//"):
+        raise ValueError(f"path must start with a single '/', like '/v1/tasks': {path!r}")
+    content = None if json is None else msgspec.json.encode(json)
+    headers = {} if content is None else {"Content-Type": "application/json"}
+    return _Call(method.upper(), path, content, headers, _query(params), timeout)
+
+
+def _query(params: QueryParams | None) -> httpx2.QueryParams | None:
+    if params is None:
+        return None
+    items: list[tuple[str, QueryScalar]] = []
+    for name, value in params.items():
+        values = [value] if value is None or isinstance(value, str | int | float) else value
+        items.extend((name, _query_text(item)) for item in values if item is not None)
+    return httpx2.QueryParams(items)
+
+
+def _query_text(value: str | int | float | bool) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _session_headers(config: ClientConfig, extra: Mapping[str, str] | None) -> httpx2.Headers:
+    # The SDK's own headers win over caller-supplied ones with the same name.
+    headers = httpx2.Headers(extra)
+    headers["User-Agent"] = f"orbit-sdk/{orbit_sdk.__version__}"
+    headers["Accept"] = "application/json"
+    if config.api_key is not None:
+        headers["Authorization"] = f"Bearer {config.api_key}"
+    return headers
+
+
+def _result(response: httpx2.Response) -> Any:
+    if not response.is_success:
+        raise error_from_http(response.status_code, response.headers, response.content)
+    if not response.content:
+        return None
+    try:
+        return msgspec.json.decode(response.content)
+    except msgspec.DecodeError as exc:
+        raise OrbitError(
+            describe_unexpected(response.status_code, response.headers, response.content),
+            code=UNEXPECTED_RESPONSE,
+            status=response.status_code,
+        ) from exc
+
+
+def _failure(call: _Call, config: ClientConfig, exc: httpx2.RequestError) -> OrbitError:
+    detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    message = f"{call.method} {config.url}{call.path} failed: {detail}"
+    if isinstance(exc, httpx2.TransportError):
+        return TransportError(message)
+    # Decoding errors and the like: a response arrived but could not be read.
+    return OrbitError(message, code=UNEXPECTED_RESPONSE)
+
+
+class Client:
+    """Synchronous client for Orbit's HTTP API.
+
+    ``url`` and ``api_key`` default to ``ORBIT_URL`` and ``ORBIT_API_KEY``; explicit arguments
+    win. ``timeout`` is in seconds. ``transport`` replaces the network (``httpx2.MockTransport``
+    in tests, ``httpx2.WSGITransport``). ``headers`` are sent with every request; the SDK's
+    ``Authorization``, ``User-Agent`` and ``Accept`` take precedence over them.
+
+    Use it as a context manager or call :meth:`close`. It never retries: failures raise an
+    :class:`~orbit_sdk.OrbitError` whose ``retryable`` tells the caller whether to try again.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        transport: httpx2.BaseTransport | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        config = ClientConfig.from_env(url=url, api_key=api_key, timeout=timeout)
+        self._setup(config, transport, headers)
+
+    @classmethod
+    def from_config(
+        cls,
+        config: ClientConfig,
+        *,
+        transport: httpx2.BaseTransport | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Self:
+        """A client for exactly this configuration; the environment is not consulted."""
+        client = cls.__new__(cls)
+        client._setup(config, transport, headers)
+        return client
+
+    def _setup(
+        self,
+        config: ClientConfig,
+        transport: httpx2.BaseTransport | None,
+        headers: Mapping[str, str] | None,
+    ) -> None:
+        self._config = config
+        self._http = httpx2.Client(
+            base_url=config.url,
+            headers=_session_headers(config, headers),
+            timeout=config.timeout,
+            transport=transport,
+        )
+
+    @property
+    def config(self) -> ClientConfig:
+        """The configuration this client was built with."""
+        return self._config
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether :meth:`close` has been called."""
+        return self._http.is_closed
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(url={self._config.url!r})"
+
+    def close(self) -> None:
+        """Close the connection pool (and a transport passed in). Idempotent."""
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def health(self) -> bool:
+        """``GET /healthz``: ``True`` if the server is alive, ``False`` if it answers 5xx.
+
+        Raises :class:`~orbit_sdk.TransportError` when no answer arrives at all, and the
+        mapped error for a 4xx (usually a wrong base URL).
+        """
+        response = self._send(_prepare("GET", "/healthz", None, None, None))
+        return health_from_http(response.status_code, response.headers, response.content)
+
+    def ready(self) -> Readiness:
+        """``GET /readyz``: a 503 gives ``Readiness(ready=False, ...)`` rather than raising."""
+        response = self._send(_prepare("GET", "/readyz", None, None, None))
+        return readiness_from_http(response.status_code, response.headers, response.content)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        json: Any = None,
+        params: QueryParams | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        """Send one request and return the decoded JSON body (``None`` for an empty body).
+
+        ``path`` is relative to the base URL and starts with ``/`` (``"/v1/tasks"``). ``json``
+        is encoded with msgspec (dicts, lists, msgspec Structs, dataclasses). ``timeout``
+        overrides the client's for this call, e.g. for long polls with ``wait_ms``.
+        Non-2xx answers raise the mapped :class:`~orbit_sdk.OrbitError`.
+        """
+        return _result(self._send(_prepare(method, path, json, params, timeout)))
+
+    def _send(self, call: _Call) -> httpx2.Response:
+        try:
+            return self._http.request(
+                call.method,
+                call.path,
+                content=call.content,
+                params=call.params,
+                headers=call.headers,
+                timeout=httpx2.USE_CLIENT_DEFAULT if call.timeout is None else call.timeout,
+            )
+        except httpx2.RequestError as exc:
+            raise _failure(call, self._config, exc) from exc
+
+
+class AsyncClient:
+    """Asynchronous client for Orbit's HTTP API; the same calls as :class:`Client`, awaited.
+
+    ``transport`` takes an ``httpx2.AsyncBaseTransport`` (``httpx2.MockTransport``,
+    ``httpx2.ASGITransport``). Use ``async with`` or await :meth:`aclose`. It never retries.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        transport: httpx2.AsyncBaseTransport | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        config = ClientConfig.from_env(url=url, api_key=api_key, timeout=timeout)
+        self._setup(config, transport, headers)
+
+    @classmethod
+    def from_config(
+        cls,
+        config: ClientConfig,
+        *,
+        transport: httpx2.AsyncBaseTransport | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Self:
+        """A client for exactly this configuration; the environment is not consulted."""
+        client = cls.__new__(cls)
+        client._setup(config, transport, headers)
+        return client
+
+    def _setup(
+        self,
+        config: ClientConfig,
+        transport: httpx2.AsyncBaseTransport | None,
+        headers: Mapping[str, str] | None,
+    ) -> None:
+        self._config = config
+        self._http = httpx2.AsyncClient(
+            base_url=config.url,
+            headers=_session_headers(config, headers),
+            timeout=config.timeout,
+            transport=transport,
+        )
+
+    @property
+    def config(self) -> ClientConfig:
+        """The configuration this client was built with."""
+        return self._config
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether :meth:`aclose` has been called."""
+        return self._http.is_closed
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(url={self._config.url!r})"
+
+    async def aclose(self) -> None:
+        """Close the connection pool (and a transport passed in). Idempotent."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def health(self) -> bool:
+        """``GET /healthz``; see :meth:`Client.health`."""
+        response = await self._send(_prepare("GET", "/healthz", None, None, None))
+        return health_from_http(response.status_code, response.headers, response.content)
+
+    async def ready(self) -> Readiness:
+        """``GET /readyz``; see :meth:`Client.ready`."""
+        response = await self._send(_prepare("GET", "/readyz", None, None, None))
+        return readiness_from_http(response.status_code, response.headers, response.content)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        json: Any = None,
+        params: QueryParams | None = None,
+        *,
+        # The per-request HTTP timeout handed to httpx2, as in httpx2's own async API.
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> Any:
+        """Send one request and return the decoded JSON body; see :meth:`Client.request`."""
+        return _result(await self._send(_prepare(method, path, json, params, timeout)))
+
+    async def _send(self, call: _Call) -> httpx2.Response:
+        try:
+            return await self._http.request(
+                call.method,
+                call.path,
+                content=call.content,
+                params=call.params,
+                headers=call.headers,
+                timeout=httpx2.USE_CLIENT_DEFAULT if call.timeout is None else call.timeout,
+            )
+        except httpx2.RequestError as exc:
+            raise _failure(call, self._config, exc) from exc

@@ -1,0 +1,3 @@
+"""Orbit server."""
+
+__version__ = "0.1.0"

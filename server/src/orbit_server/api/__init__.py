@@ -1,0 +1,1 @@
+"""HTTP adapter: Litestar routes → application services, wire models, the error contract."""

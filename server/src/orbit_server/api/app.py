@@ -1,0 +1,70 @@
+"""The ASGI application: Litestar routes wrapped in Orbit's outer HTTP middleware."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Litestar
+from litestar.di import Provide
+from litestar.openapi import OpenAPIConfig
+
+from orbit_server import __version__
+from orbit_server.api.auth import authenticate
+from orbit_server.api.errors import handle_exception
+from orbit_server.api.middleware import OrbitHTTPMiddleware
+from orbit_server.api.routes import audit, health, keys
+from orbit_server.config import ServerRole
+from orbit_server.runtime.node import Node
+
+HEALTH_ROUTES: list[Any] = [health.healthz, health.readyz, health.metrics]
+API_ROUTES: list[Any] = [
+    keys.whoami,
+    keys.create_key,
+    keys.list_keys,
+    keys.get_key,
+    keys.revoke_key,
+    audit.list_audit,
+]
+
+
+def build_litestar(node: Node) -> Litestar:
+    async def provide_node() -> Node:
+        return node
+
+    routes = list(HEALTH_ROUTES)
+    if node.settings.has_role(ServerRole.API):
+        routes += API_ROUTES
+    return Litestar(
+        route_handlers=routes,
+        dependencies={
+            "node": Provide(provide_node),
+            "principal": Provide(authenticate),
+        },
+        exception_handlers={Exception: handle_exception},
+        openapi_config=OpenAPIConfig(
+            title="Orbit",
+            version=__version__,
+            description="Durable tasks (Pulse) and workflows (Weave). See docs/ for the contract.",
+            path="/openapi",
+        ),
+        request_max_body_size=node.settings.max_body_bytes,
+        debug=False,
+        logging_config=None,
+    )
+
+
+class OrbitApp:
+    """The ASGI callable served by uvicorn, with the Litestar app reachable for tooling."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.litestar = build_litestar(node)
+        self._asgi = OrbitHTTPMiddleware(
+            self.litestar, metrics=node.metrics, max_body_bytes=node.settings.max_body_bytes
+        )
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self._asgi(scope, receive, send)
+
+    def openapi(self) -> dict[str, Any]:
+        return self.litestar.openapi_schema.to_schema()

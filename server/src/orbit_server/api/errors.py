@@ -1,0 +1,118 @@
+"""The error contract of API.md for every failure, framework-level ones included."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import structlog
+from litestar import Request, Response
+from litestar.exceptions import (
+    HTTPException,
+    MethodNotAllowedException,
+    NotAuthorizedException,
+    NotFoundException,
+    PermissionDeniedException,
+    ValidationException,
+)
+
+from orbit_server import errors
+from orbit_server.api.context import current_request_id
+
+log = structlog.get_logger("orbit.api")
+
+_BY_STATUS: dict[int, type[errors.OrbitError]] = {
+    400: errors.InvalidRequest,
+    401: errors.Unauthenticated,
+    403: errors.Forbidden,
+    404: errors.NotFound,
+    405: errors.MethodNotAllowed,
+    413: errors.PayloadTooLarge,
+    415: errors.UnsupportedMediaType,
+    422: errors.InvalidRequest,
+    429: errors.RateLimited,
+    503: errors.Unavailable,
+}
+
+
+def error_body(error: errors.OrbitError, request_id: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "code": error.code,
+        "category": str(error.category),
+        "message": error.message,
+        "retryable": error.retryable,
+        "request_id": request_id,
+    }
+    if error.details:
+        body["details"] = error.details
+    return {"error": body}
+
+
+def error_headers(error: errors.OrbitError) -> dict[str, str]:
+    headers = {}
+    if isinstance(error, errors.TransientError):
+        headers["Retry-After"] = str(error.retry_after_s)
+    if isinstance(error, errors.MethodNotAllowed) and "allow" in error.details:
+        headers["Allow"] = ", ".join(error.details["allow"])
+    return headers
+
+
+def encode_error(error: errors.OrbitError, request_id: str | None) -> bytes:
+    return msgspec.json.encode(error_body(error, request_id))
+
+
+def to_orbit_error(exc: BaseException) -> errors.OrbitError:
+    """Map any exception onto the stable codes; unknown ones become ``internal``."""
+    if isinstance(exc, errors.OrbitError):
+        return exc
+    if isinstance(exc, ValidationException):
+        return errors.InvalidRequest(_validation_message(exc))
+    if isinstance(exc, MethodNotAllowedException):
+        allow = (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow")
+        details = {"allow": [m.strip() for m in allow.split(",")]} if allow else None
+        return errors.MethodNotAllowed("this method is not allowed on this path", details=details)
+    if isinstance(exc, NotFoundException):
+        return errors.NotFound("no such resource")
+    if isinstance(exc, NotAuthorizedException):
+        return errors.Unauthenticated()
+    if isinstance(exc, PermissionDeniedException):
+        return errors.Forbidden()
+    if isinstance(exc, HTTPException):
+        kind = _BY_STATUS.get(exc.status_code)
+        if kind is not None:
+            return kind()
+    return errors.InternalError()
+
+
+def _validation_message(exc: ValidationException) -> str:
+    # Litestar's validation details come from msgspec ("Expected `int`, got `str` - at
+    # `$.priority`") or from its own body parsing ("Malformed JSON"); both are safe to show.
+    extra = exc.extra if isinstance(exc.extra, list) else []
+    parts = []
+    for item in extra:
+        if isinstance(item, dict) and item.get("message"):
+            where = item.get("key") or ""
+            source = item.get("source") or ""
+            prefix = f"{source} {where}".strip()
+            parts.append(f"{prefix}: {item['message']}" if prefix else str(item["message"]))
+    detail = str(exc.detail or "")
+    if "malformed" in detail.lower() or "json" in detail.lower() and not parts:
+        return "the request body is not valid JSON"
+    if parts:
+        return "invalid request: " + "; ".join(parts)
+    return "the request is invalid"
+
+
+def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
+    error = to_orbit_error(exc)
+    request_id = current_request_id()
+    if isinstance(error, errors.InternalError) and not isinstance(exc, errors.OrbitError):
+        log.error("unhandled error", path=request.url.path, exc_info=exc)
+    elif isinstance(error, errors.Unavailable):
+        log.warning("unavailable", code=error.code, reason=type(exc.__cause__ or exc).__name__)
+    return Response(
+        content=encode_error(error, request_id),
+        status_code=error.status,
+        media_type="application/json",
+        headers=error_headers(error),
+    )

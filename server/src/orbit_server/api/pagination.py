@@ -1,0 +1,38 @@
+"""Opaque list cursors (API.md: ``?limit=`` default 50, max 500, and ``?cursor=``)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from orbit_server.errors import InvalidRequest
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+
+
+def page_limit(limit: int | None) -> int:
+    if limit is None:
+        return DEFAULT_LIMIT
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InvalidRequest(f"limit must be between 1 and {MAX_LIMIT}")
+    return limit
+
+
+def encode_cursor(position: str) -> str:
+    return base64.urlsafe_b64encode(position.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None) -> str | None:
+    if not cursor:
+        return None
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        return base64.urlsafe_b64decode(padded.encode()).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise InvalidRequest("the cursor is not valid; use next_cursor from a list answer") from None
+
+
+def next_cursor(positions: list[str], limit: int) -> str | None:
+    """A cursor after the last item of a full page (a short page is the last one)."""
+    return encode_cursor(positions[-1]) if len(positions) == limit and positions else None

@@ -1,0 +1,35 @@
+"""The audit log of the caller's scope (operators and admins)."""
+
+from __future__ import annotations
+
+from litestar import get
+from litestar.params import Parameter
+
+from orbit_server.api.pagination import decode_cursor, next_cursor, page_limit
+from orbit_server.api.wire import AuditEntry, AuditList
+from orbit_server.errors import InvalidRequest
+from orbit_server.governance.keys import Principal, Role
+from orbit_server.runtime.node import Node
+
+
+@get("/v1/audit", summary="Audit records, newest first", tags=["audit"])
+async def list_audit(
+    principal: Principal,
+    node: Node,
+    target_kind: str | None = None,
+    target_id: str | None = None,
+    limit: int | None = Parameter(default=None, ge=1, le=500),
+    cursor: str | None = None,
+) -> AuditList:
+    principal.require(Role.OPERATOR, Role.ADMIN)
+    if (target_kind is None) != (target_id is None):
+        raise InvalidRequest("give target_kind and target_id together")
+    size = page_limit(limit)
+    target = (target_kind, target_id) if target_kind and target_id else None
+    records = await node.audit.list(
+        principal.scope, limit=size, before=decode_cursor(cursor), target=target
+    )
+    return AuditList(
+        items=[AuditEntry.of(r) for r in records],
+        next_cursor=next_cursor([r.id for r in records], size),
+    )

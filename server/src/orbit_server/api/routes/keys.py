@@ -1,0 +1,76 @@
+"""API keys of the caller's own (tenant, environment); admin role (API.md: ``admin`` = keys)."""
+
+from __future__ import annotations
+
+from litestar import get, post
+from litestar.params import Parameter
+
+from orbit_server.api.pagination import decode_cursor, next_cursor, page_limit
+from orbit_server.api.wire import ApiKey, ApiKeyList, CreatedApiKey, KeyCreate, WhoAmI
+from orbit_server.errors import InvalidRequest
+from orbit_server.governance.keys import Principal, Role, parse_roles
+from orbit_server.governance.service import Actor
+from orbit_server.api.context import current_request_id
+from orbit_server.runtime.node import Node
+
+
+def _actor(principal: Principal) -> Actor:
+    return Actor(principal.actor, current_request_id())
+
+
+@get("/v1/whoami", summary="The calling key's scope and roles", tags=["keys"])
+async def whoami(principal: Principal) -> WhoAmI:
+    return WhoAmI(
+        key_id=principal.key_id,
+        tenant=principal.scope.tenant,
+        environment=principal.scope.environment,
+        roles=sorted(str(r) for r in principal.roles),
+        queues=None if principal.queues is None else sorted(principal.queues),
+    )
+
+
+@post("/v1/keys", summary="Create an API key (the secret is shown once)", tags=["keys"])
+async def create_key(data: KeyCreate, principal: Principal, node: Node) -> CreatedApiKey:
+    principal.require(Role.ADMIN)
+    try:
+        roles = parse_roles(data.roles)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from None
+    if data.queues is not None and not all(q.strip() for q in data.queues):
+        raise InvalidRequest("queue names must not be empty")
+    created = await node.keys.create(
+        principal.scope,
+        roles,
+        actor=_actor(principal),
+        queues=None if data.queues is None else tuple(data.queues),
+        name=data.name,
+    )
+    return CreatedApiKey(key=ApiKey.of(created.record), api_key=created.token)
+
+
+@get("/v1/keys", summary="List API keys", tags=["keys"])
+async def list_keys(
+    principal: Principal,
+    node: Node,
+    limit: int | None = Parameter(default=None, ge=1, le=500),
+    cursor: str | None = None,
+) -> ApiKeyList:
+    principal.require(Role.ADMIN)
+    size = page_limit(limit)
+    keys = await node.keys.list(principal.scope, limit=size, after=decode_cursor(cursor))
+    return ApiKeyList(
+        items=[ApiKey.of(k) for k in keys], next_cursor=next_cursor([k.id for k in keys], size)
+    )
+
+
+@get("/v1/keys/{key_id:str}", summary="One API key", tags=["keys"])
+async def get_key(key_id: str, principal: Principal, node: Node) -> ApiKey:
+    principal.require(Role.ADMIN)
+    return ApiKey.of(await node.keys.get(key_id, principal.scope))
+
+
+@post("/v1/keys/{key_id:str}/revoke", summary="Revoke an API key", tags=["keys"], status_code=200)
+async def revoke_key(key_id: str, principal: Principal, node: Node) -> ApiKey:
+    principal.require(Role.ADMIN)
+    revoked = await node.keys.revoke(key_id, actor=_actor(principal), scope=principal.scope)
+    return ApiKey.of(revoked)

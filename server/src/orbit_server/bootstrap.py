@@ -1,0 +1,75 @@
+"""Composition root: Settings → Clock → Database → services → Node → ASGI app (+ loops)."""
+
+from __future__ import annotations
+
+import structlog
+
+from orbit_server.api.app import OrbitApp
+from orbit_server.clock import Clock, SystemClock
+from orbit_server.config import ServerRole, Settings
+from orbit_server.governance.service import AuditService, AuditWriter, KeyService
+from orbit_server.observability.metrics import Metrics
+from orbit_server.runtime.health import ReadinessProbe
+from orbit_server.runtime.node import Node
+from orbit_server.runtime.roles import Supervisor
+from orbit_server.store import Database, open_database
+from orbit_server.store.migrate import schema_status
+
+log = structlog.get_logger("orbit.bootstrap")
+
+
+class SchemaNotCurrent(Exception):
+    """The database schema does not match this release; ``orbit migrate`` fixes it."""
+
+
+def database_for(settings: Settings, *, exclusive: bool) -> Database:
+    return open_database(
+        settings.database_url,
+        pool_min=settings.db_pool_min,
+        pool_max=settings.db_pool_max,
+        connect_timeout_s=settings.db_connect_timeout_ms / 1000,
+        exclusive=exclusive,
+    )
+
+
+async def build_node(
+    settings: Settings,
+    *,
+    clock: Clock | None = None,
+    db: Database | None = None,
+    require_current_schema: bool = True,
+) -> Node:
+    """Connect, probe and wire one node. Refuses a schema that is not current."""
+    clock = clock or SystemClock()
+    db = db or database_for(settings, exclusive=True)
+    info = await db.connect()
+    for warning in info.warnings:
+        log.warning("database setting", warning=warning)
+    if require_current_schema:
+        status = await schema_status(db)
+        if not status.current:
+            await db.close()
+            raise SchemaNotCurrent(
+                f"the database schema is not current ({status.describe()}); "
+                "run `orbit migrate` against this database first"
+            )
+    metrics = Metrics()
+    for role in ServerRole:
+        metrics.role_enabled.labels(str(role)).set(1 if settings.has_role(role) else 0)
+    audit_writer = AuditWriter(clock)
+    return Node(
+        settings=settings,
+        clock=clock,
+        db=db,
+        server_info=info,
+        metrics=metrics,
+        readiness=ReadinessProbe(db, metrics),
+        supervisor=Supervisor(settings.roles),
+        audit_writer=audit_writer,
+        keys=KeyService(db, clock, audit_writer),
+        audit=AuditService(db),
+    )
+
+
+def build_app(node: Node) -> OrbitApp:
+    return OrbitApp(node)

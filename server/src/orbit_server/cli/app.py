@@ -1,0 +1,212 @@
+"""The ``orbit`` command (API.md "Command line and configuration")."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from orbit_server import __version__
+from orbit_server.config import Settings, SettingsError
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    name="orbit",
+    help="Orbit: durable tasks and workflows on MySQL/MariaDB or SQLite.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+keys_app = typer.Typer(help="Create, list and revoke API keys (talks to the database directly).")
+app.add_typer(keys_app, name="keys")
+
+EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+HostOpt = Annotated[str | None, typer.Option("--host", help="Address to bind [ORBIT_HOST]")]
+PortOpt = Annotated[int | None, typer.Option("--port", help="Port to bind; 0 picks a free one [ORBIT_PORT]")]
+DbOpt = Annotated[
+    str | None, typer.Option("--database-url", help="mysql://… or sqlite:///… [ORBIT_DATABASE_URL]")
+]
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def parse_extra_flags(args: list[str]) -> dict[str, str]:
+    """Every setting is also a flag: ``--lease-ms 60000`` or ``--lease-ms=60000``."""
+    from dataclasses import fields
+
+    known = {f.name for f in fields(Settings)}
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--"):
+            raise fail(f"unexpected argument {arg!r}")
+        name, eq, value = arg[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(args):
+                raise fail(f"{arg} needs a value")
+            i += 1
+            value = args[i]
+        key = name.replace("-", "_")
+        if key not in known:
+            raise fail(f"unknown option {arg.split('=')[0]} (see docs/reference/configuration.md)")
+        out[key] = value
+        i += 1
+    return out
+
+
+def load_settings(flags: dict[str, Any], defaults: dict[str, Any] | None = None) -> Settings:
+    try:
+        return Settings.load(flags=flags, defaults=defaults)
+    except SettingsError as exc:
+        raise fail(str(exc)) from None
+
+
+def run(coro_factory: Callable[[], Awaitable[T]]) -> T:
+    try:
+        import uvloop
+
+        return uvloop.run(coro_factory())  # type: ignore[arg-type, no-any-return]
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        return asyncio.run(coro_factory())  # type: ignore[arg-type]
+
+
+def require_database_url(settings: Settings) -> None:
+    if not settings.database_url:
+        raise fail("no database: set ORBIT_DATABASE_URL or pass --database-url")
+
+
+@app.command()
+def version() -> None:
+    """Print the server version."""
+    typer.echo(__version__)
+
+
+@app.command(context_settings=EXTRA)
+def dev(
+    ctx: typer.Context,
+    host: HostOpt = None,
+    port: PortOpt = None,
+    data_dir: Annotated[
+        Path, typer.Option("--data-dir", help="Where the SQLite file and dev key live")
+    ] = Path(".orbit"),
+) -> None:
+    """One process on an embedded SQLite file, migrated automatically (for development)."""
+    from orbit_server.cli.serve import serve_dev
+
+    flags = {"host": host, "port": port, **parse_extra_flags(ctx.args)}
+    db_path = data_dir.resolve() / "orbit.db"
+    settings = load_settings(flags, defaults={"database_url": f"sqlite:///{db_path}"})
+    raise typer.Exit(run(lambda: serve_dev(settings, data_dir.resolve())))
+
+
+@app.command(context_settings=EXTRA)
+def server(
+    ctx: typer.Context,
+    host: HostOpt = None,
+    port: PortOpt = None,
+    node_id: Annotated[str | None, typer.Option("--node-id", help="[ORBIT_NODE_ID]")] = None,
+    database_url: DbOpt = None,
+    roles: Annotated[
+        str | None, typer.Option("--roles", help="Comma-separated roles or 'all' [ORBIT_ROLES]")
+    ] = None,
+) -> None:
+    """Production server; refuses a database schema that is not current."""
+    from orbit_server.cli.serve import serve_production
+
+    flags = {
+        "host": host,
+        "port": port,
+        "node_id": node_id,
+        "database_url": database_url,
+        "roles": roles,
+        **parse_extra_flags(ctx.args),
+    }
+    settings = load_settings(flags, defaults={"host": "0.0.0.0"})  # noqa: S104
+    require_database_url(settings)
+    raise typer.Exit(run(lambda: serve_production(settings)))
+
+
+@app.command()
+def migrate(database_url: DbOpt = None) -> None:
+    """Apply pending migrations (safe to run from several places at once)."""
+    from orbit_server.cli.admin import migrate_database
+
+    settings = load_settings({"database_url": database_url})
+    require_database_url(settings)
+    raise typer.Exit(run(lambda: migrate_database(settings)))
+
+
+@app.command("config")
+def show_config(ctx: typer.Context) -> None:
+    """Validate the configuration and print it (secrets masked)."""
+    settings = load_settings({})
+    typer.echo(json.dumps(settings.public_dict(), indent=2, default=str))
+
+
+@keys_app.command("create")
+def keys_create(
+    tenant: Annotated[str, typer.Option("--tenant", help="Tenant the key belongs to")],
+    environment: Annotated[str, typer.Option("--environment", help="Environment, e.g. prod")],
+    role: Annotated[
+        list[str], typer.Option("--role", help="submitter, worker, operator or admin; repeatable")
+    ],
+    queue: Annotated[
+        list[str] | None, typer.Option("--queue", help="Restrict a worker key to queues; repeatable")
+    ] = None,
+    name: Annotated[str | None, typer.Option("--name", help="A label for people")] = None,
+    database_url: DbOpt = None,
+) -> None:
+    """Create a key; the key itself is printed alone on the last line (shown once)."""
+    from orbit_server.cli.admin import create_key
+
+    settings = load_settings({"database_url": database_url})
+    require_database_url(settings)
+    raise typer.Exit(
+        run(lambda: create_key(settings, tenant, environment, role, queue or None, name))
+    )
+
+
+@keys_app.command("list")
+def keys_list(
+    tenant: Annotated[str | None, typer.Option("--tenant")] = None,
+    environment: Annotated[str | None, typer.Option("--environment")] = None,
+    output: Annotated[str, typer.Option("--output", help="table or json")] = "table",
+    database_url: DbOpt = None,
+) -> None:
+    """List keys (never their secrets)."""
+    from orbit_server.cli.admin import list_keys
+
+    settings = load_settings({"database_url": database_url})
+    require_database_url(settings)
+    raise typer.Exit(run(lambda: list_keys(settings, tenant, environment, output)))
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    key_id: Annotated[str, typer.Argument(help="The key's id (from `orbit keys list`)")],
+    database_url: DbOpt = None,
+) -> None:
+    """Revoke a key at once; requests with it answer 401 from then on."""
+    from orbit_server.cli.admin import revoke_key
+
+    settings = load_settings({"database_url": database_url})
+    require_database_url(settings)
+    raise typer.Exit(run(lambda: revoke_key(settings, key_id)))
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:  # pragma: no cover
+        sys.exit(130)

@@ -1,0 +1,120 @@
+"""Running a node behind uvicorn: ``orbit dev`` and ``orbit server``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import structlog
+import typer
+import uvicorn
+
+from orbit_server.bootstrap import SchemaNotCurrent, build_app, build_node, database_for
+from orbit_server.config import Settings
+from orbit_server.errors import OrbitError, Unauthenticated
+from orbit_server.governance.keys import ALL_ROLES
+from orbit_server.governance.service import Actor
+from orbit_server.observability.logging import configure_logging
+from orbit_server.runtime.node import Node
+from orbit_server.scope import Scope
+from orbit_server.store.migrate import MigrationError, migrate
+from orbit_server.store.probe import UnsupportedServer
+from orbit_server.store.sqlite_backend import InstanceLocked
+
+log = structlog.get_logger("orbit.serve")
+
+DEV_SCOPE = Scope("default", "dev")
+DEV_KEY_FILE = "dev-key"
+STARTUP_ERRORS = (OrbitError, SchemaNotCurrent, UnsupportedServer, InstanceLocked, MigrationError)
+
+
+def _err(message: str) -> int:
+    typer.echo(f"error: {message}", err=True)
+    return 2
+
+
+async def ensure_dev_key(node: Node, data_dir: Path) -> str:
+    """Reuse the dev key kept in the data dir while it is valid, else make a new one."""
+    path = data_dir / DEV_KEY_FILE
+    if path.exists():
+        token = path.read_text().strip()
+        try:
+            await node.keys.authenticate(token)
+        except Unauthenticated:
+            pass
+        else:
+            return token
+    created = await node.keys.create(DEV_SCOPE, ALL_ROLES, actor=Actor("orbit-dev"), name="dev")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(created.token + "\n")
+    return created.token
+
+
+async def serve_dev(settings: Settings, data_dir: Path) -> int:
+    configure_logging(settings.log_level, settings.log_format)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    db = database_for(settings, exclusive=True)
+    try:
+        await db.connect()
+        await migrate(db)
+        node = await build_node(settings, db=db)
+    except STARTUP_ERRORS as exc:
+        await db.close()
+        return _err(str(exc))
+    token = await ensure_dev_key(node, data_dir)
+    return await serve(node, announce_key=token)
+
+
+async def serve_production(settings: Settings) -> int:
+    configure_logging(settings.log_level, settings.log_format)
+    log.info("starting", settings=settings.public_dict())
+    db = database_for(settings, exclusive=True)
+    try:
+        node = await build_node(settings, db=db)
+    except STARTUP_ERRORS as exc:
+        await db.close()
+        return _err(str(exc))
+    return await serve(node)
+
+
+async def serve(node: Node, *, announce_key: str | None = None) -> int:
+    """Serve until SIGINT/SIGTERM, then drain and close. Prints ORBIT_URL once listening."""
+    settings = node.settings
+    config = uvicorn.Config(
+        build_app(node),
+        host=settings.host,
+        port=settings.port,
+        loop="none",
+        http="httptools",
+        ws="websockets-sansio",
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        timeout_graceful_shutdown=max(1, settings.drain_grace_ms // 1000),
+    )
+    server = uvicorn.Server(config)
+    await node.start()
+    serving = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if serving.done():
+                break
+            await asyncio.sleep(0.02)
+        if server.started:
+            port = server.servers[0].sockets[0].getsockname()[1]
+            host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host  # noqa: S104
+            print(f"ORBIT_URL=http://{host}:{port}", flush=True)
+            if announce_key is not None:
+                print(f"ORBIT_API_KEY={announce_key}", flush=True)
+            log.info("listening", url=f"http://{host}:{port}", node=settings.node_id)
+        await serving
+    finally:
+        await node.stop()
+    if not server.started:
+        print("error: the HTTP listener could not start (is the port in use?)", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,194 @@
+"""Application services for keys and the audit log: one short transaction per use case."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from orbit_server.clock import Clock
+from orbit_server.errors import NotFound, Unauthenticated
+from orbit_server.governance.keys import (
+    Principal,
+    Role,
+    generate_key,
+    parse_token,
+    secret_matches,
+)
+from orbit_server.ids import new_id
+from orbit_server.scope import Scope
+from orbit_server.store import Database, Tx
+from orbit_server.store import governance as gov
+from orbit_server.store.governance import ApiKeyRecord, AuditRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who performs a control operation, for the audit log."""
+
+    name: str
+    request_id: str | None = None
+
+
+class AuditWriter:
+    """Writes audit records inside the caller's transaction, so they commit with the change."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+
+    async def record(
+        self,
+        tx: Tx,
+        *,
+        scope: Scope,
+        actor: Actor,
+        action: str,
+        target_kind: str,
+        target_id: str,
+        details: dict[str, Any] | None = None,
+    ) -> AuditRecord:
+        record = AuditRecord(
+            id=new_id("aud_"),
+            scope=scope,
+            actor=actor.name,
+            action=action,
+            target_kind=target_kind,
+            target_id=target_id,
+            details=details or {},
+            request_id=actor.request_id,
+            created_at=self._clock.now(),
+        )
+        await gov.audit_insert(tx, record)
+        return record
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedKey:
+    record: ApiKeyRecord
+    token: str  # shown once, never stored
+
+
+class KeyService:
+    def __init__(self, db: Database, clock: Clock, audit: AuditWriter) -> None:
+        self._db = db
+        self._clock = clock
+        self._audit = audit
+
+    async def create(
+        self,
+        scope: Scope,
+        roles: tuple[Role, ...],
+        *,
+        actor: Actor,
+        queues: tuple[str, ...] | None = None,
+        name: str | None = None,
+    ) -> CreatedKey:
+        new = generate_key()
+        now = self._clock.now()
+        record = ApiKeyRecord(
+            id=new.id,
+            scope=scope,
+            name=name,
+            roles=tuple(str(r) for r in roles),
+            queues=queues,
+            secret_hash=new.secret_hash,
+            created_at=now,
+            revoked_at=None,
+        )
+
+        async def unit(tx: Tx) -> None:
+            await gov.environment_ensure(tx, scope, now)
+            await gov.key_insert(tx, record)
+            await self._audit.record(
+                tx,
+                scope=scope,
+                actor=actor,
+                action="key.create",
+                target_kind="api_key",
+                target_id=record.id,
+                details={"roles": list(record.roles), "queues": queues, "name": name},
+            )
+
+        await self._db.run(unit)
+        return CreatedKey(record=record, token=new.token)
+
+    async def get(self, key_id: str, scope: Scope) -> ApiKeyRecord:
+        async def unit(tx: Tx) -> ApiKeyRecord | None:
+            return await gov.key_get(tx, key_id, scope)
+
+        found = await self._db.read(unit)
+        if found is None:
+            raise NotFound("no such API key")
+        return found
+
+    async def list(
+        self, scope: Scope | None, *, limit: int, after: str | None = None
+    ) -> list[ApiKeyRecord]:
+        async def unit(tx: Tx) -> list[ApiKeyRecord]:
+            return await gov.key_list(tx, scope, limit=limit, after=after or gov.FIRST)
+
+        return await self._db.read(unit)
+
+    async def revoke(self, key_id: str, *, actor: Actor, scope: Scope | None) -> ApiKeyRecord:
+        """Revoke a key (idempotent); ``scope`` None is the CLI's view of every scope."""
+
+        async def unit(tx: Tx) -> ApiKeyRecord | None:
+            key = await gov.key_get(tx, key_id, scope)
+            if key is None:
+                return None
+            if await gov.key_revoke(tx, key_id, self._clock.now()):
+                await self._audit.record(
+                    tx,
+                    scope=key.scope,
+                    actor=actor,
+                    action="key.revoke",
+                    target_kind="api_key",
+                    target_id=key_id,
+                )
+            return await gov.key_get(tx, key_id)
+
+        revoked = await self._db.run(unit)
+        if revoked is None:
+            raise NotFound("no such API key")
+        return revoked
+
+    async def authenticate(self, token: str | None) -> Principal:
+        """The principal of a bearer token; Unauthenticated for a missing, bad or revoked key."""
+        parsed = parse_token(token) if token else None
+        if parsed is None:
+            raise Unauthenticated()
+        key_id, secret = parsed
+
+        async def unit(tx: Tx) -> ApiKeyRecord | None:
+            return await gov.key_get(tx, key_id)
+
+        key = await self._db.read(unit)
+        if key is None or not secret_matches(secret, key.secret_hash):
+            raise Unauthenticated()
+        if key.revoked_at is not None:
+            raise Unauthenticated("this API key has been revoked")
+        return Principal(
+            key_id=key.id,
+            scope=key.scope,
+            roles=frozenset(Role(r) for r in key.roles),
+            queues=None if key.queues is None else frozenset(key.queues),
+        )
+
+
+class AuditService:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def list(
+        self,
+        scope: Scope,
+        *,
+        limit: int,
+        before: str | None = None,
+        target: tuple[str, str] | None = None,
+    ) -> list[AuditRecord]:
+        async def unit(tx: Tx) -> list[AuditRecord]:
+            return await gov.audit_list(
+                tx, scope, limit=limit, before=before or gov.LAST, target=target
+            )
+
+        return await self._db.read(unit)

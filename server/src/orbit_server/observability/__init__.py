@@ -1,0 +1,1 @@
+"""Structured logging and Prometheus metrics (SPEC G6)."""

@@ -1,0 +1,50 @@
+"""Prometheus metrics, one registry per process (no multiprocess mode).
+
+Labels are bounded: route templates, methods, status classes, roles — never tenant or task ids.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.http_requests = Counter(
+            "orbit_http_requests_total",
+            "HTTP requests answered",
+            ["method", "route", "status"],
+            registry=r,
+        )
+        self.http_duration = Histogram(
+            "orbit_http_request_duration_seconds",
+            "Time to answer an HTTP request",
+            ["method", "route"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60),
+            registry=r,
+        )
+        self.errors = Counter(
+            "orbit_errors_total", "Errors answered, by stable code", ["code"], registry=r
+        )
+        self.db_up = Gauge(
+            "orbit_database_up", "1 when the last readiness check reached the database", registry=r
+        )
+        self.schema_current = Gauge(
+            "orbit_schema_current", "1 when the database schema matches this release", registry=r
+        )
+        self.db_pool_in_use = Gauge(
+            "orbit_db_pool_connections_in_use", "Database connections in use", registry=r
+        )
+        self.db_pool_max = Gauge(
+            "orbit_db_pool_connections_max", "Most database connections the pool opens", registry=r
+        )
+        self.role_enabled = Gauge(
+            "orbit_role_enabled", "1 for each server role this instance runs", ["role"], registry=r
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

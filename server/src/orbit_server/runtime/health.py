@@ -1,0 +1,51 @@
+"""Readiness (API.md ``/readyz``): the database answers and the schema is current."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import structlog
+
+from orbit_server.errors import OrbitError
+from orbit_server.observability.metrics import Metrics
+from orbit_server.store import Database
+from orbit_server.store.migrate import schema_status
+
+log = structlog.get_logger("orbit.health")
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    ready: bool
+    checks: dict[str, str] = field(default_factory=dict)
+    reason: str | None = None
+
+
+class ReadinessProbe:
+    def __init__(self, db: Database, metrics: Metrics, *, timeout_s: float = 3.0) -> None:
+        self._db = db
+        self._metrics = metrics
+        self._timeout_s = timeout_s
+        self.draining = False
+
+    async def check(self) -> Readiness:
+        if self.draining:
+            return Readiness(False, {"server": "draining"}, "this server is shutting down")
+        checks = {"database": "ok", "schema": "unknown"}
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self._db.ping()
+                status = await schema_status(self._db)
+        except (OrbitError, TimeoutError) as exc:
+            self._metrics.db_up.set(0)
+            checks["database"] = "unreachable"
+            log.warning("readiness: database unreachable", reason=type(exc).__name__)
+            return Readiness(False, checks, "the database is unreachable")
+        self._metrics.db_up.set(1)
+        self._metrics.schema_current.set(1 if status.current else 0)
+        if not status.current:
+            checks["schema"] = "outdated"
+            return Readiness(False, checks, status.describe())
+        checks["schema"] = "current"
+        return Readiness(True, checks)

@@ -1,0 +1,35 @@
+"""One Orbit node's object graph, as built by :mod:`orbit_server.bootstrap`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orbit_server.clock import Clock
+from orbit_server.config import Settings
+from orbit_server.governance.service import AuditService, AuditWriter, KeyService
+from orbit_server.observability.metrics import Metrics
+from orbit_server.runtime.health import ReadinessProbe
+from orbit_server.runtime.roles import Supervisor
+from orbit_server.store import Database, ServerInfo
+
+
+@dataclass(slots=True)
+class Node:
+    settings: Settings
+    clock: Clock
+    db: Database
+    server_info: ServerInfo | None
+    metrics: Metrics
+    readiness: ReadinessProbe
+    supervisor: Supervisor
+    audit_writer: AuditWriter
+    keys: KeyService
+    audit: AuditService
+
+    async def start(self) -> None:
+        await self.supervisor.start()
+
+    async def stop(self) -> None:
+        self.readiness.draining = True
+        await self.supervisor.stop()
+        await self.db.close()

@@ -1,0 +1,147 @@
+"""The storage seam: a :class:`Database` runs units of work; a :class:`Tx` runs named queries.
+
+A *unit of work* is an async function ``unit(tx) -> T`` that only talks to the database through
+``tx``: no network I/O, no waiting on other tasks (STYLE rule 2). :meth:`Database.run` opens a
+transaction, runs the unit, commits, and retries the *whole unit* on transient conflicts
+(deadlock, lock wait timeout, SQLite busy), bounded. Its error contract:
+
+* the unit's own exceptions propagate after a rollback;
+* :class:`~orbit_server.errors.DatabaseUnavailable` — nothing was committed;
+* :class:`~orbit_server.errors.CommitOutcomeUnknown` — COMMIT was sent but not confirmed.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol, TypeVar
+
+from orbit_server.store.sql import Dialect, QueryBook
+
+T = TypeVar("T")
+Row = dict[str, Any]
+Params = Mapping[str, Any]
+
+
+class DuplicateKey(Exception):
+    """An INSERT hit a unique index; the transaction is still usable."""
+
+
+class TransientConflict(Exception):
+    """Deadlock, lock wait timeout or SQLite busy: the whole unit may be retried."""
+
+
+class ConnectionLost(Exception):
+    """The connection failed before COMMIT; nothing of the unit was committed."""
+
+
+class Tx(Protocol):
+    """One open transaction. Every method takes a query *name* and its parameters."""
+
+    dialect: Dialect
+
+    async def fetch_all(self, query: str, params: Params | None = None) -> list[Row]: ...
+
+    async def fetch_one(self, query: str, params: Params | None = None) -> Row | None: ...
+
+    async def execute(self, query: str, params: Params | None = None) -> int:
+        """Run a statement; answers the number of rows it changed."""
+        ...
+
+    async def execute_many(self, query: str, rows: Sequence[Params]) -> int: ...
+
+    async def execute_script(self, statements: Sequence[str]) -> None:
+        """Raw DDL from migration files (never user input)."""
+        ...
+
+
+Unit = Callable[[Tx], Awaitable[T]]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Bounded retries of a whole unit on transient conflicts."""
+
+    max_attempts: int = 6
+    base_delay_s: float = 0.005
+    max_delay_s: float = 0.25
+
+    def delay(self, attempt: int) -> float:
+        """Full-jitter exponential backoff before retry ``attempt`` (1-based)."""
+        ceiling = min(self.max_delay_s, self.base_delay_s * (2 ** (attempt - 1)))
+        return random.uniform(0, ceiling)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What the startup probe learned about the database server."""
+
+    dialect: Dialect
+    version: str
+    warnings: tuple[str, ...] = ()
+
+
+class Database(abc.ABC):
+    """A database backend. Build one with :func:`orbit_server.store.open_database`."""
+
+    dialect: Dialect
+    queries: QueryBook
+
+    def __init__(self, retry: RetryPolicy | None = None) -> None:
+        self.retry = retry or RetryPolicy()
+
+    async def run(self, unit: Unit[T], *, write: bool = True) -> T:
+        """Run ``unit`` in one transaction and commit; retry it whole on transient conflicts."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._run_once(unit, write=write)
+            except (TransientConflict, ConnectionLost) as exc:
+                if attempt >= self.retry.max_attempts:
+                    raise self._exhausted(exc) from exc
+                await asyncio.sleep(self.retry.delay(attempt))
+
+    def read(self, unit: Unit[T]) -> Awaitable[T]:
+        """Run a read-only unit (no write lock on SQLite)."""
+        return self.run(unit, write=False)
+
+    @abc.abstractmethod
+    async def _run_once(self, unit: Unit[T], *, write: bool) -> T: ...
+
+    @abc.abstractmethod
+    def _exhausted(self, exc: Exception) -> Exception:
+        """The error to raise when retries are exhausted."""
+
+    @abc.abstractmethod
+    async def connect(self) -> ServerInfo:
+        """Open connections and run the startup probe; raises if the server is refused."""
+
+    @abc.abstractmethod
+    async def ping(self) -> None:
+        """Raise :class:`~orbit_server.errors.DatabaseUnavailable` unless the server answers."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    @abc.abstractmethod
+    def pool_stats(self) -> tuple[int, int]:
+        """(connections in use, pool maximum) for metrics."""
+
+
+def utc(moment: datetime) -> datetime:
+    """Aware UTC for values read back from a column (naive values are stored as UTC)."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+def to_db_time(moment: datetime) -> datetime:
+    """Naive UTC with microseconds, the form both dialects store."""
+    if moment.tzinfo is None:
+        raise ValueError("timestamps given to the store must be timezone-aware")
+    return moment.astimezone(UTC).replace(tzinfo=None)

@@ -1,0 +1,193 @@
+"""Versioned migrations (SPEC S4): numbered ``.sql`` files per dialect, one guarded entry point.
+
+``orbit migrate`` is the only code path that changes a schema. Concurrent runs serialise on
+``GET_LOCK`` (MySQL/MariaDB; released if the session dies) or a file lock (SQLite); the loser
+then finds everything applied and does nothing. Servers only *check* the schema.
+
+MariaDB commits each DDL statement by itself, so a migration that fails midway stays half
+applied; every statement is therefore written to be re-runnable (``IF NOT EXISTS``), and the
+migration's row is recorded only after all its statements succeeded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from importlib import resources
+from typing import Any
+
+from orbit_server.clock import Clock, SystemClock
+from orbit_server.store.base import Database, Tx
+from orbit_server.store.sql import Dialect, split_statements
+
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+LOCK_TIMEOUT_S = 300
+
+
+class MigrationError(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    checksum: str
+    statements: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedMigration:
+    version: int
+    name: str
+    checksum: str
+    applied_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaStatus:
+    known: tuple[Migration, ...]
+    applied: tuple[AppliedMigration, ...]
+    pending: tuple[Migration, ...] = field(default=())
+    mismatched: tuple[int, ...] = field(default=())
+    unknown: tuple[int, ...] = field(default=())
+
+    @property
+    def current(self) -> bool:
+        """All known migrations applied unchanged. Versions newer than this build are tolerated:
+        they come from a newer release's expand step, which old servers must survive (S4)."""
+        return not self.pending and not self.mismatched
+
+    def describe(self) -> str:
+        if self.mismatched:
+            versions = ", ".join(f"{v:04d}" for v in self.mismatched)
+            return f"applied migrations {versions} differ from this release's files"
+        if self.pending:
+            return f"{len(self.pending)} migration(s) not applied; run `orbit migrate`"
+        return "schema is current"
+
+
+def _read_dir(dialect: Dialect) -> dict[str, str]:
+    folder = resources.files("orbit_server.migrations").joinpath(dialect)
+    return {e.name: e.read_text("utf-8") for e in folder.iterdir() if e.name.endswith(".sql")}
+
+
+def load_migrations(dialect: Dialect) -> tuple[Migration, ...]:
+    found: list[Migration] = []
+    for filename, text in _read_dir(dialect).items():
+        match = _FILE.match(filename)
+        if match is None:
+            continue
+        checksum = hashlib.sha256(text.encode()).hexdigest()
+        found.append(Migration(int(match[1]), match[2], checksum, tuple(split_statements(text))))
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise MigrationError(f"{dialect} migrations must be numbered 0001, 0002, … without gaps")
+    return tuple(found)
+
+
+def load_schema(dialect: Dialect) -> tuple[str, ...]:
+    return tuple(split_statements(_read_dir(dialect)["schema.sql"]))
+
+
+async def schema_status(db: Database) -> SchemaStatus:
+    known = load_migrations(db.dialect)
+
+    async def read(tx: Tx) -> list[dict[str, Any]]:
+        exists = await tx.fetch_one("migrations_table_exists")
+        if not exists or not int(exists["n"]):
+            return []
+        return await tx.fetch_all("migrations_applied")
+
+    rows = await db.read(read)
+    applied = tuple(
+        AppliedMigration(int(r["version"]), str(r["name"]), str(r["checksum"]), r["applied_at"])
+        for r in rows
+    )
+    by_version = {a.version: a for a in applied}
+    known_versions = {m.version for m in known}
+    return SchemaStatus(
+        known=known,
+        applied=applied,
+        pending=tuple(m for m in known if m.version not in by_version),
+        mismatched=tuple(
+            m.version
+            for m in known
+            if m.version in by_version and by_version[m.version].checksum != m.checksum
+        ),
+        unknown=tuple(v for v in by_version if v not in known_versions),
+    )
+
+
+@contextlib.asynccontextmanager
+async def migration_lock(db: Database) -> AsyncIterator[None]:
+    """Serialise migrators: GET_LOCK on a dedicated session, or a file lock for SQLite."""
+    if db.dialect == "sqlite":
+        from orbit_server.store.sqlite_backend import SQLiteDatabase, acquire_file_lock
+
+        assert isinstance(db, SQLiteDatabase)
+        lock_path = db.path.with_name(db.path.name + ".migrate.lock")
+        fd = await asyncio.to_thread(acquire_file_lock, lock_path, wait=True)
+        try:
+            yield
+        finally:
+            os.close(fd)
+        return
+    from orbit_server.store.mysql_backend import MySQLDatabase
+
+    assert isinstance(db, MySQLDatabase)
+    import asyncmy
+
+    conn = await asyncmy.connect(**db.connection_kwargs())
+    try:
+        sql, args = db.queries.bind("migration_lock_acquire", {"timeout_s": LOCK_TIMEOUT_S})
+        async with conn.cursor() as cursor:
+            await cursor.execute(sql, args)
+            row = await cursor.fetchone()
+        if not row or row[0] != 1:
+            raise MigrationError("another `orbit migrate` holds the lock; try again later")
+        try:
+            yield
+        finally:
+            sql, args = db.queries.bind("migration_lock_release", {})
+            async with conn.cursor() as cursor:
+                await cursor.execute(sql, args)
+    finally:
+        conn.close()
+
+
+async def migrate(db: Database, clock: Clock | None = None) -> list[Migration]:
+    """Apply every pending migration in order; answers those applied (empty when current)."""
+    clock = clock or SystemClock()
+    async with migration_lock(db):
+
+        async def create_table(tx: Tx) -> None:
+            await tx.execute("migrations_table_create")
+
+        await db.run(create_table)
+        status = await schema_status(db)
+        if status.mismatched:
+            raise MigrationError(status.describe())
+        for migration in status.pending:
+
+            async def apply(tx: Tx, m: Migration = migration) -> None:
+                await tx.execute_script(m.statements)
+                await tx.execute(
+                    "migration_record",
+                    {
+                        "version": m.version,
+                        "name": m.name,
+                        "checksum": m.checksum,
+                        "applied_at": clock.now(),
+                    },
+                )
+
+            await db.run(apply)
+        return list(status.pending)

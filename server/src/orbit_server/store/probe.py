@@ -1,0 +1,79 @@
+"""Startup checks of a MySQL-family server (DATABASE.md): pure evaluation of what it reports."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from orbit_server.store.base import ServerInfo
+
+
+class UnsupportedServer(Exception):
+    """The database server cannot hold Orbit's guarantees; the message says why and what to do."""
+
+
+_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
+
+# Oldest releases with SELECT ... FOR UPDATE SKIP LOCKED, below which claims are unsafe.
+_SKIP_LOCKED = {"mariadb": (10, 6, 0), "mysql": (8, 0, 1)}
+# Oldest releases Orbit is tested against (SPEC: MySQL 8.4+, MariaDB 10.11+).
+_SUPPORTED = {"mariadb": (10, 11, 0), "mysql": (8, 4, 0)}
+
+
+def evaluate_mysql_server(version: str, variables: Mapping[str, str]) -> ServerInfo:
+    """Refuse servers that break Orbit's guarantees; warn on non-durable settings.
+
+    ``variables`` maps lower-case global variable names to their values as the server prints
+    them (``SHOW GLOBAL VARIABLES``); absent variables are treated as unset.
+    """
+    flavour = "mariadb" if "mariadb" in version.lower() else "mysql"
+    match = _VERSION.match(version)
+    if match is None:
+        raise UnsupportedServer(f"cannot read the database server version {version!r}")
+    found = (int(match[1]), int(match[2]), int(match[3]))
+    name = "MariaDB" if flavour == "mariadb" else "MySQL"
+    needed = _SKIP_LOCKED[flavour]
+    if found < needed:
+        raise UnsupportedServer(
+            f"{name} {'.'.join(map(str, found))} has no SKIP LOCKED; Orbit needs "
+            f"MySQL 8.4+ or MariaDB 10.11+"
+        )
+    warnings: list[str] = []
+    if found < _SUPPORTED[flavour]:
+        warnings.append(
+            f"{name} {'.'.join(map(str, found))} is older than the supported "
+            f"{'.'.join(map(str, _SUPPORTED[flavour]))}; upgrade the server"
+        )
+
+    def value(var: str) -> str:
+        return variables.get(var, "").strip().upper()
+
+    if value("wsrep_on") == "ON":
+        raise UnsupportedServer(
+            "Galera cluster replication (wsrep_on=ON) is not supported: its optimistic "
+            "certification breaks SKIP LOCKED claims; use asynchronous or semi-sync replication"
+        )
+    binlog_on = value("log_bin") == "ON"
+    if value("binlog_format") == "STATEMENT":
+        message = (
+            "binlog_format=STATEMENT cannot replicate SKIP LOCKED claims safely; "
+            "set binlog_format=ROW (or MIXED)"
+        )
+        if binlog_on:
+            raise UnsupportedServer(message)
+        warnings.append(message + " before enabling the binary log")
+    if value("innodb_flush_log_at_trx_commit") not in ("", "1"):
+        warnings.append(
+            "innodb_flush_log_at_trx_commit is not 1: acknowledged changes can be lost on a crash"
+        )
+    if binlog_on and value("sync_binlog") not in ("", "1"):
+        warnings.append("sync_binlog is not 1: the binary log can lose acknowledged changes")
+    return ServerInfo(dialect="mysql", version=version, warnings=tuple(warnings))
+
+
+def evaluate_sqlite_version(version: str) -> ServerInfo:
+    """SQLite needs RETURNING (3.35) for claims."""
+    parts = tuple(int(p) for p in version.split(".")[:3])
+    if parts < (3, 35, 0):
+        raise UnsupportedServer(f"SQLite {version} is too old; Orbit needs 3.35 or newer")
+    return ServerInfo(dialect="sqlite", version=version)

@@ -1,0 +1,122 @@
+"""Named SQL queries, one ``.sql`` file per aggregate per dialect (STYLE rule 4).
+
+A file holds blocks headed by ``-- name: query_name``. Parameters are written ``:name`` and are
+always bound, never formatted into the text. A parameter bound to a list or tuple expands to one
+placeholder per element, so ``WHERE id IN (:ids)`` takes a list.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Literal
+
+Dialect = Literal["mysql", "sqlite"]
+
+_NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+# ``:name`` but not ``::`` casts or ``:=``; a quote-aware scan is not needed because Orbit's
+# queries never put a colon inside a string literal (the loader rejects such queries).
+_PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    name: str
+    text: str
+    params: tuple[str, ...]
+    placeholder: str
+    positional: str
+
+    def bind(self, values: Mapping[str, Any]) -> tuple[str, tuple[Any, ...]]:
+        """The dialect's text and positional arguments for ``values``."""
+        try:
+            args = tuple(values[p] for p in self.params)
+        except KeyError as exc:
+            raise KeyError(f"query {self.name} needs parameter {exc.args[0]}") from None
+        if not any(isinstance(a, list | tuple) for a in args):
+            return self.positional, args
+        flat: list[Any] = []
+
+        def expand(match: re.Match[str]) -> str:
+            value = values[match.group(1)]
+            if not isinstance(value, list | tuple):
+                flat.append(value)
+                return self.placeholder
+            if not value:
+                raise ValueError(f"query {self.name}: list parameter {match.group(1)} is empty")
+            flat.extend(value)
+            return ", ".join([self.placeholder] * len(value))
+
+        return _PARAM.sub(expand, self.text), tuple(flat)
+
+
+class QueryBook:
+    """All named queries of one dialect, loaded once at start."""
+
+    def __init__(self, dialect: Dialect, queries: Mapping[str, Query]) -> None:
+        self.dialect = dialect
+        self._queries = dict(queries)
+
+    def __getitem__(self, name: str) -> Query:
+        try:
+            return self._queries[name]
+        except KeyError:
+            raise KeyError(f"no query named {name!r} for {self.dialect}") from None
+
+    def bind(self, name: str, values: Mapping[str, Any]) -> tuple[str, tuple[Any, ...]]:
+        return self[name].bind(values)
+
+    def names(self) -> frozenset[str]:
+        return frozenset(self._queries)
+
+    @classmethod
+    def load(cls, dialect: Dialect) -> QueryBook:
+        placeholder = "%s" if dialect == "mysql" else "?"
+        folder = resources.files("orbit_server.store").joinpath(dialect)
+        queries: dict[str, Query] = {}
+        for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+            if entry.name.endswith(".sql"):
+                for query in parse_queries(entry.read_text("utf-8"), placeholder):
+                    if query.name in queries:
+                        raise ValueError(f"query {query.name} is defined twice ({dialect})")
+                    queries[query.name] = query
+        return cls(dialect, queries)
+
+
+def parse_queries(source: str, placeholder: str) -> list[Query]:
+    """Split a file into its named queries."""
+    matches = list(_NAME.finditer(source))
+    out: list[Query] = []
+    for i, match in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(source)
+        body = "\n".join(
+            line for line in source[match.end() : end].strip().splitlines()
+            if not line.lstrip().startswith("--")
+        ).strip().rstrip(";").strip()
+        if "'" in body and _PARAM.search(" ".join(re.findall(r"'[^']*'", body))):
+            raise ValueError(f"query {match.group(1)}: a ':' parameter inside a string literal")
+        if placeholder == "%s" and "%" in body:
+            body = body.replace("%", "%%")
+        params = tuple(_PARAM.findall(body))
+        positional = _PARAM.sub(placeholder, body)
+        out.append(Query(match.group(1), body, params, placeholder, positional))
+    return out
+
+
+def split_statements(script: str) -> Sequence[str]:
+    """Split a migration or schema script into statements (each ends with ``;`` at line end)."""
+    statements: list[str] = []
+    current: list[str] = []
+    for line in script.splitlines():
+        stripped = line.strip()
+        if not current and (not stripped or stripped.startswith("--")):
+            continue
+        current.append(line)
+        if stripped.endswith(";"):
+            statements.append("\n".join(current).strip().rstrip(";"))
+            current = []
+    if "".join(current).strip():
+        statements.append("\n".join(current).strip())
+    return statements
