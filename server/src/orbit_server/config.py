@@ -47,7 +47,9 @@ def _setting(default: Any, doc: str, *, minimum: int | None = None) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    database_url: str = _setting("", "Database URL: mysql://user:pw@host:3306/orbit or sqlite:///path/orbit.db")
+    database_url: str = _setting(
+        "", "Database URL: mysql://user:pw@host:3306/orbit or sqlite:///path/orbit.db"
+    )
     host: str = _setting("127.0.0.1", "Address the HTTP/WebSocket listener binds")
     port: int = _setting(7070, "Port of the HTTP/WebSocket listener", minimum=0)
     node_id: str = _setting("", "This instance's name in leases and logs (default: host-pid)")
@@ -62,15 +64,25 @@ class Settings:
     max_body_bytes: int = _setting(
         8 * 1024 * 1024, "Largest HTTP request body accepted (checked before parsing)", minimum=1024
     )
-    lease_ms: int = _setting(30_000, "How long a worker's lease lasts without renewal", minimum=1000)
+    lease_ms: int = _setting(
+        30_000, "How long a worker's lease lasts without renewal", minimum=1000
+    )
     heartbeat_ms: int = _setting(10_000, "How often workers renew leases", minimum=100)
-    task_timeout_ms: int = _setting(300_000, "Default run-time limit of a task attempt", minimum=1000)
+    task_timeout_ms: int = _setting(
+        300_000, "Default run-time limit of a task attempt", minimum=1000
+    )
     max_task_timeout_ms: int = _setting(
         86_400_000, "Largest run-time limit a task may ask for", minimum=1000
     )
-    worker_max_capacity: int = _setting(1000, "Most concurrent tasks one worker connection may take", minimum=1)
-    handshake_timeout_ms: int = _setting(10_000, "Time a new worker connection has to say hello", minimum=100)
-    drain_grace_ms: int = _setting(30_000, "On shutdown, time running work gets to finish", minimum=0)
+    worker_max_capacity: int = _setting(
+        1000, "Most concurrent tasks one worker connection may take", minimum=1
+    )
+    handshake_timeout_ms: int = _setting(
+        10_000, "Time a new worker connection has to say hello", minimum=100
+    )
+    drain_grace_ms: int = _setting(
+        30_000, "On shutdown, time running work gets to finish", minimum=0
+    )
     result_retention_ms: int = _setting(
         7 * 86_400_000, "How long finished tasks and their results are kept", minimum=60_000
     )
@@ -118,7 +130,9 @@ class Settings:
 
     def validate(self) -> None:
         def fail(name: str, message: str) -> None:
-            raise SettingsError(f"invalid setting {_env_name(name)} ({_flag_name(name)}): {message}")
+            raise SettingsError(
+                f"invalid setting {_env_name(name)} ({_flag_name(name)}): {message}"
+            )
 
         if self.database_url:
             try:
@@ -140,7 +154,10 @@ class Settings:
                 "lost heartbeat does not lose the lease",
             )
         if self.task_timeout_ms > self.max_task_timeout_ms:
-            fail("task_timeout_ms", f"must not exceed ORBIT_MAX_TASK_TIMEOUT_MS ({self.max_task_timeout_ms})")
+            fail(
+                "task_timeout_ms",
+                f"must not exceed ORBIT_MAX_TASK_TIMEOUT_MS ({self.max_task_timeout_ms})",
+            )
         if self.handshake_timeout_ms > self.lease_ms:
             fail("handshake_timeout_ms", f"must not exceed ORBIT_LEASE_MS ({self.lease_ms})")
         if self.drain_grace_ms > self.max_task_timeout_ms:

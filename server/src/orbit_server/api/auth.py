@@ -7,15 +7,17 @@ from typing import Any
 import structlog
 from litestar import Request
 
+from orbit_server.api.deps import NodeDep
 from orbit_server.governance.keys import Principal
-from orbit_server.runtime.node import Node
 
 
-async def authenticate(request: Request[Any, Any, Any], node: Node) -> Principal:
+async def authenticate(request: Request[Any, Any, Any], node: NodeDep) -> Principal:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     principal = await node.keys.authenticate(token.strip() if scheme.lower() == "bearer" else None)
     structlog.contextvars.bind_contextvars(
-        key_id=principal.key_id, tenant=principal.scope.tenant, environment=principal.scope.environment
+        key_id=principal.key_id,
+        tenant=principal.scope.tenant,
+        environment=principal.scope.environment,
     )
     return principal

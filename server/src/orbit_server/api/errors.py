@@ -8,11 +8,13 @@ import msgspec
 import structlog
 from litestar import Request, Response
 from litestar.exceptions import (
+    ClientException,
     HTTPException,
     MethodNotAllowedException,
     NotAuthorizedException,
     NotFoundException,
     PermissionDeniedException,
+    SerializationException,
     ValidationException,
 )
 
@@ -67,6 +69,9 @@ def to_orbit_error(exc: BaseException) -> errors.OrbitError:
         return exc
     if isinstance(exc, ValidationException):
         return errors.InvalidRequest(_validation_message(exc))
+    if isinstance(exc, ClientException) and isinstance(exc.__cause__, SerializationException):
+        # msgspec's decode messages ("Input data was truncated") describe the input only.
+        return errors.InvalidRequest(f"the request body is not valid JSON: {exc.detail}")
     if isinstance(exc, MethodNotAllowedException):
         allow = (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow")
         details = {"allow": [m.strip() for m in allow.split(",")]} if allow else None
@@ -96,7 +101,7 @@ def _validation_message(exc: ValidationException) -> str:
             prefix = f"{source} {where}".strip()
             parts.append(f"{prefix}: {item['message']}" if prefix else str(item["message"]))
     detail = str(exc.detail or "")
-    if "malformed" in detail.lower() or "json" in detail.lower() and not parts:
+    if "malformed" in detail.lower() or ("json" in detail.lower() and not parts):
         return "the request body is not valid JSON"
     if parts:
         return "invalid request: " + "; ".join(parts)

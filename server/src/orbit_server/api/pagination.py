@@ -19,8 +19,11 @@ def page_limit(limit: int | None) -> int:
     return limit
 
 
+_MARK = "c1:"  # versions the cursor format and makes garbage detectable
+
+
 def encode_cursor(position: str) -> str:
-    return base64.urlsafe_b64encode(position.encode()).decode().rstrip("=")
+    return base64.urlsafe_b64encode((_MARK + position).encode()).decode().rstrip("=")
 
 
 def decode_cursor(cursor: str | None) -> str | None:
@@ -28,9 +31,12 @@ def decode_cursor(cursor: str | None) -> str | None:
         return None
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        return base64.urlsafe_b64decode(padded.encode()).decode()
+        text = base64.b64decode(padded.encode(), altchars=b"-_", validate=True).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise InvalidRequest("the cursor is not valid; use next_cursor from a list answer") from None
+        text = ""
+    if not text.startswith(_MARK) or len(text) == len(_MARK):
+        raise InvalidRequest("the cursor is not valid; use next_cursor from a list answer")
+    return text[len(_MARK) :]
 
 
 def next_cursor(positions: list[str], limit: int) -> str | None:

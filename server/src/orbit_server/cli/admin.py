@@ -86,7 +86,9 @@ async def create_key(
     except (OrbitError, UnsupportedServer) as exc:
         return _err(str(exc))
     record = created.record
-    typer.echo(f"created key {record.id} in {tenant}/{environment} with roles {', '.join(record.roles)}")
+    typer.echo(
+        f"created key {record.id} in {tenant}/{environment} with roles {', '.join(record.roles)}"
+    )
     if record.queues:
         typer.echo(f"queues: {', '.join(record.queues)}")
     typer.echo("the key is shown once; store it now:")

@@ -29,7 +29,9 @@ app.add_typer(keys_app, name="keys")
 EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 HostOpt = Annotated[str | None, typer.Option("--host", help="Address to bind [ORBIT_HOST]")]
-PortOpt = Annotated[int | None, typer.Option("--port", help="Port to bind; 0 picks a free one [ORBIT_PORT]")]
+PortOpt = Annotated[
+    int | None, typer.Option("--port", help="Port to bind; 0 picks a free one [ORBIT_PORT]")
+]
 DbOpt = Annotated[
     str | None, typer.Option("--database-url", help="mysql://… or sqlite:///… [ORBIT_DATABASE_URL]")
 ]
@@ -162,7 +164,8 @@ def keys_create(
         list[str], typer.Option("--role", help="submitter, worker, operator or admin; repeatable")
     ],
     queue: Annotated[
-        list[str] | None, typer.Option("--queue", help="Restrict a worker key to queues; repeatable")
+        list[str] | None,
+        typer.Option("--queue", help="Restrict a worker key to queues; repeatable"),
     ] = None,
     name: Annotated[str | None, typer.Option("--name", help="A label for people")] = None,
     database_url: DbOpt = None,

@@ -55,7 +55,7 @@ async def ensure_dev_key(node: Node, data_dir: Path) -> str:
 
 async def serve_dev(settings: Settings, data_dir: Path) -> int:
     configure_logging(settings.log_level, settings.log_format)
-    data_dir.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
     db = database_for(settings, exclusive=True)
     try:
         await db.connect()

@@ -60,7 +60,9 @@ def configure_logging(level: str = "info", fmt: str = "console") -> None:
     ]
     renderer: Any
     if fmt == "json":
-        renderer = structlog.processors.JSONRenderer(serializer=lambda o, **_: orjson.dumps(o, default=str).decode())
+        renderer = structlog.processors.JSONRenderer(
+            serializer=lambda o, **_: orjson.dumps(o, default=str).decode()
+        )
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(

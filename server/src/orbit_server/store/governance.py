@@ -92,7 +92,9 @@ async def key_insert(tx: Tx, key: ApiKeyRecord) -> None:
             "environment": key.scope.environment,
             "name": key.name,
             "roles": ",".join(key.roles),
-            "queues": None if key.queues is None else msgspec.json.encode(list(key.queues)).decode(),
+            "queues": None
+            if key.queues is None
+            else msgspec.json.encode(list(key.queues)).decode(),
             "secret_hash": key.secret_hash,
             "created_at": key.created_at,
         },

@@ -169,6 +169,7 @@ class MySQLDatabase(Database):
         self._connect_timeout_s = connect_timeout_s
         self._pool: Pool | None = None
         self._pool_lock = asyncio.Lock()
+        self._closed = False
 
     def connection_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
@@ -181,7 +182,8 @@ class MySQLDatabase(Database):
             "autocommit": False,
             "connect_timeout": max(1, round(self._connect_timeout_s)),
             "init_command": "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
-            "sql_mode": "STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,NO_ZERO_DATE",
+            # asyncmy sends ``SET sql_mode=<value>`` verbatim, so the value carries its quotes.
+            "sql_mode": "'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,NO_ZERO_DATE'",
             "stmt_cache_size": 256,
         }
         if self.url.unix_socket:
@@ -191,6 +193,8 @@ class MySQLDatabase(Database):
     async def _ensure_pool(self) -> Pool:
         if self._pool is not None:
             return self._pool
+        if self._closed:
+            raise DatabaseUnavailable("the database connection is closed")
         async with self._pool_lock:
             if self._pool is None:
                 try:
@@ -272,6 +276,7 @@ class MySQLDatabase(Database):
             raise DatabaseUnavailable("the database did not answer in time") from exc
 
     async def close(self) -> None:
+        self._closed = True
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()

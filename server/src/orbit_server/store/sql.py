@@ -91,10 +91,16 @@ def parse_queries(source: str, placeholder: str) -> list[Query]:
     out: list[Query] = []
     for i, match in enumerate(matches):
         end = matches[i + 1].start() if i + 1 < len(matches) else len(source)
-        body = "\n".join(
-            line for line in source[match.end() : end].strip().splitlines()
-            if not line.lstrip().startswith("--")
-        ).strip().rstrip(";").strip()
+        body = (
+            "\n".join(
+                line
+                for line in source[match.end() : end].strip().splitlines()
+                if not line.lstrip().startswith("--")
+            )
+            .strip()
+            .rstrip(";")
+            .strip()
+        )
         if "'" in body and _PARAM.search(" ".join(re.findall(r"'[^']*'", body))):
             raise ValueError(f"query {match.group(1)}: a ':' parameter inside a string literal")
         if placeholder == "%s" and "%" in body:

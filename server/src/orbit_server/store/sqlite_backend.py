@@ -74,7 +74,9 @@ class SQLiteTx:
         self._conn = conn
         self._queries = queries
 
-    def _execute(self, sql: str, args: tuple[Any, ...] | Sequence[tuple[Any, ...]], many: bool) -> sqlite3.Cursor:
+    def _execute(
+        self, sql: str, args: tuple[Any, ...] | Sequence[tuple[Any, ...]], many: bool
+    ) -> sqlite3.Cursor:
         try:
             if many:
                 return self._conn.executemany(sql, args)  # type: ignore[arg-type]

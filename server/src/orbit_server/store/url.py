@@ -43,7 +43,9 @@ def parse_database_url(url: str) -> DatabaseUrl:
     if scheme in ("mysql", "mariadb"):
         database = parts.path.lstrip("/")
         if not database or "/" in database:
-            raise InvalidDatabaseUrl("a mysql:// URL must name one database: mysql://user@host/orbit")
+            raise InvalidDatabaseUrl(
+                "a mysql:// URL must name one database: mysql://user@host/orbit"
+            )
         try:
             port = parts.port or 3306
         except ValueError as exc:

@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
-from litestar import get
-from litestar.params import Parameter
+from typing import Annotated
 
+from litestar import get
+from litestar.params import FromQuery, QueryParameter
+
+from orbit_server.api.deps import NodeDep, PrincipalDep
 from orbit_server.api.pagination import decode_cursor, next_cursor, page_limit
 from orbit_server.api.wire import AuditEntry, AuditList
 from orbit_server.errors import InvalidRequest
-from orbit_server.governance.keys import Principal, Role
-from orbit_server.runtime.node import Node
+from orbit_server.governance.keys import Role
 
 
 @get("/v1/audit", summary="Audit records, newest first", tags=["audit"])
 async def list_audit(
-    principal: Principal,
-    node: Node,
-    target_kind: str | None = None,
-    target_id: str | None = None,
-    limit: int | None = Parameter(default=None, ge=1, le=500),
-    cursor: str | None = None,
+    principal: PrincipalDep,
+    node: NodeDep,
+    target_kind: FromQuery[str | None] = None,
+    target_id: FromQuery[str | None] = None,
+    limit: Annotated[int | None, QueryParameter(ge=1, le=500)] = None,
+    cursor: FromQuery[str | None] = None,
 ) -> AuditList:
     principal.require(Role.OPERATOR, Role.ADMIN)
     if (target_kind is None) != (target_id is None):

@@ -5,11 +5,11 @@ from __future__ import annotations
 from litestar import Response, get
 
 from orbit_server.api.context import current_request_id
+from orbit_server.api.deps import NodeDep
 from orbit_server.api.errors import error_body
 from orbit_server.api.wire import Health, ReadinessBody
 from orbit_server.errors import Unavailable
 from orbit_server.observability.metrics import CONTENT_TYPE
-from orbit_server.runtime.node import Node
 
 
 @get("/healthz", summary="Liveness (no database access)", tags=["health"])
@@ -18,14 +18,16 @@ async def healthz() -> Health:
 
 
 @get("/readyz", summary="Readiness: database reachable and schema current", tags=["health"])
-async def readyz(node: Node) -> Response[ReadinessBody]:
+async def readyz(node: NodeDep) -> Response[ReadinessBody]:
     readiness = await node.readiness.check()
     if readiness.ready:
         return Response(ReadinessBody(ready=True, checks=readiness.checks))
     error = Unavailable(readiness.reason or "not ready")
     return Response(
         ReadinessBody(
-            ready=False, checks=readiness.checks, error=error_body(error, current_request_id())["error"]
+            ready=False,
+            checks=readiness.checks,
+            error=error_body(error, current_request_id())["error"],
         ),
         status_code=503,
         headers={"Retry-After": str(error.retry_after_s)},
@@ -33,7 +35,7 @@ async def readyz(node: Node) -> Response[ReadinessBody]:
 
 
 @get("/metrics", summary="Prometheus metrics", tags=["health"], media_type=CONTENT_TYPE)
-async def metrics(node: Node) -> Response[bytes]:
+async def metrics(node: NodeDep) -> Response[bytes]:
     in_use, maximum = node.db.pool_stats()
     node.metrics.db_pool_in_use.set(in_use)
     node.metrics.db_pool_max.set(maximum)

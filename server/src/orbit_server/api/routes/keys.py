@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from litestar import get, post
-from litestar.params import Parameter
+from typing import Annotated
 
+from litestar import get, post
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+
+from orbit_server.api.context import current_request_id
+from orbit_server.api.deps import NodeDep, PrincipalDep
 from orbit_server.api.pagination import decode_cursor, next_cursor, page_limit
 from orbit_server.api.wire import ApiKey, ApiKeyList, CreatedApiKey, KeyCreate, WhoAmI
 from orbit_server.errors import InvalidRequest
 from orbit_server.governance.keys import Principal, Role, parse_roles
 from orbit_server.governance.service import Actor
-from orbit_server.api.context import current_request_id
-from orbit_server.runtime.node import Node
 
 
 def _actor(principal: Principal) -> Actor:
@@ -19,7 +21,7 @@ def _actor(principal: Principal) -> Actor:
 
 
 @get("/v1/whoami", summary="The calling key's scope and roles", tags=["keys"])
-async def whoami(principal: Principal) -> WhoAmI:
+async def whoami(principal: PrincipalDep) -> WhoAmI:
     return WhoAmI(
         key_id=principal.key_id,
         tenant=principal.scope.tenant,
@@ -30,7 +32,9 @@ async def whoami(principal: Principal) -> WhoAmI:
 
 
 @post("/v1/keys", summary="Create an API key (the secret is shown once)", tags=["keys"])
-async def create_key(data: KeyCreate, principal: Principal, node: Node) -> CreatedApiKey:
+async def create_key(
+    data: JSONBody[KeyCreate], principal: PrincipalDep, node: NodeDep
+) -> CreatedApiKey:
     principal.require(Role.ADMIN)
     try:
         roles = parse_roles(data.roles)
@@ -50,10 +54,10 @@ async def create_key(data: KeyCreate, principal: Principal, node: Node) -> Creat
 
 @get("/v1/keys", summary="List API keys", tags=["keys"])
 async def list_keys(
-    principal: Principal,
-    node: Node,
-    limit: int | None = Parameter(default=None, ge=1, le=500),
-    cursor: str | None = None,
+    principal: PrincipalDep,
+    node: NodeDep,
+    limit: Annotated[int | None, QueryParameter(ge=1, le=500)] = None,
+    cursor: FromQuery[str | None] = None,
 ) -> ApiKeyList:
     principal.require(Role.ADMIN)
     size = page_limit(limit)
@@ -64,13 +68,13 @@ async def list_keys(
 
 
 @get("/v1/keys/{key_id:str}", summary="One API key", tags=["keys"])
-async def get_key(key_id: str, principal: Principal, node: Node) -> ApiKey:
+async def get_key(key_id: FromPath[str], principal: PrincipalDep, node: NodeDep) -> ApiKey:
     principal.require(Role.ADMIN)
     return ApiKey.of(await node.keys.get(key_id, principal.scope))
 
 
 @post("/v1/keys/{key_id:str}/revoke", summary="Revoke an API key", tags=["keys"], status_code=200)
-async def revoke_key(key_id: str, principal: Principal, node: Node) -> ApiKey:
+async def revoke_key(key_id: FromPath[str], principal: PrincipalDep, node: NodeDep) -> ApiKey:
     principal.require(Role.ADMIN)
     revoked = await node.keys.revoke(key_id, actor=_actor(principal), scope=principal.scope)
     return ApiKey.of(revoked)

@@ -10,3 +10,6 @@ SHOW GLOBAL VARIABLES WHERE Variable_name IN
 
 -- name: session_isolation
 SELECT @@tx_isolation AS isolation
+
+-- name: connection_id
+SELECT CONNECTION_ID() AS id

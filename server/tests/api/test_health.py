@@ -1,0 +1,57 @@
+"""Health, readiness and metrics endpoints."""
+
+from __future__ import annotations
+
+import httpx2
+
+from orbit_server.runtime.node import Node
+from tests.api.test_error_contract import assert_error
+from tests.conftest import bearer, make_key
+
+FORBIDDEN_IN_BODIES = ("select", "insert", "asyncmy", "sqlite3", "traceback", "mysql", 'file "')
+
+
+async def test_healthz_answers_without_the_database(http: httpx2.AsyncClient, node: Node) -> None:
+    await node.db.close()
+    response = await http.get("/healthz")
+    assert response.status_code == 200 and response.json() == {"status": "ok"}
+
+
+async def test_readyz_reports_database_and_schema(http: httpx2.AsyncClient) -> None:
+    response = await http.get("/readyz")
+    assert response.status_code == 200
+    assert response.json() == {"ready": True, "checks": {"database": "ok", "schema": "current"}}
+
+
+async def test_a_database_failure_is_503_without_internals(
+    http: httpx2.AsyncClient, node: Node
+) -> None:
+    key = await make_key(node)
+    await node.db.close()
+    response = await http.get("/v1/whoami", headers=bearer(key))
+    error = assert_error(response, 503, "unavailable", "transient")
+    assert error["retryable"] is True
+    assert int(response.headers["retry-after"]) >= 1
+    assert not any(word in response.text.lower() for word in FORBIDDEN_IN_BODIES)
+    ready = await http.get("/readyz")
+    assert ready.status_code == 503 and ready.json()["ready"] is False
+    assert ready.json()["checks"]["database"] == "unreachable"
+    assert ready.json()["error"]["code"] == "unavailable"
+    assert "retry-after" in ready.headers
+
+
+async def test_metrics_are_prometheus_text_with_bounded_labels(
+    http: httpx2.AsyncClient, node: Node
+) -> None:
+    key = await make_key(node)
+    await http.get("/v1/whoami", headers=bearer(key))
+    await http.get("/v1/nothing")
+    response = await http.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    assert 'orbit_http_requests_total{method="GET",route="/v1/whoami",status="200"} 1.0' in text
+    assert 'route="unmatched",status="404"' in text
+    assert "orbit_db_pool_connections_max" in text
+    assert 'orbit_role_enabled{role="api"} 1.0' in text
+    assert "acme" not in text and key not in text  # no tenant ids or secrets as labels
