@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import structlog
@@ -80,6 +83,20 @@ async def serve_production(settings: Settings) -> int:
     return await serve(node)
 
 
+class _Server(uvicorn.Server):
+    """uvicorn re-raises a captured SIGTERM after serving, killing the process before the node
+    drains; Orbit handles the signals itself and exits 0 after a clean shutdown."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    def request_exit(self) -> None:
+        if self.should_exit:
+            self.force_exit = True  # a second signal skips the graceful wait
+        self.should_exit = True
+
+
 async def serve(node: Node, *, announce_key: str | None = None) -> int:
     """Serve until SIGINT/SIGTERM, then drain and close. Prints ORBIT_URL once listening."""
     settings = node.settings
@@ -96,7 +113,10 @@ async def serve(node: Node, *, announce_key: str | None = None) -> int:
         server_header=False,
         timeout_graceful_shutdown=max(1, settings.drain_grace_ms // 1000),
     )
-    server = uvicorn.Server(config)
+    server = _Server(config)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, server.request_exit)
     await node.start()
     serving = asyncio.create_task(server.serve())
     try:
@@ -114,6 +134,8 @@ async def serve(node: Node, *, announce_key: str | None = None) -> int:
         await serving
     finally:
         await node.stop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
     if not server.started:
         print("error: the HTTP listener could not start (is the port in use?)", file=sys.stderr)
         return 1

@@ -1,0 +1,71 @@
+"""Ids, clocks, cursors, URLs and log redaction."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from orbit_server.api.pagination import decode_cursor, encode_cursor, next_cursor
+from orbit_server.clock import FakeClock, to_rfc3339
+from orbit_server.errors import InvalidRequest
+from orbit_server.ids import new_id
+from orbit_server.observability.logging import redact_secrets, redact_text
+from orbit_server.store.url import InvalidDatabaseUrl, MySQLUrl, SQLiteUrl, parse_database_url
+
+
+def test_ids_sort_by_time() -> None:
+    early, late = new_id(now_ms=1_000), new_id(now_ms=2_000)
+    assert early < late and len(early) == 26
+    assert new_id("key_").startswith("key_")
+
+
+def test_fake_clock_only_moves_forward_when_told() -> None:
+    clock = FakeClock(datetime(2030, 1, 1, tzinfo=UTC))
+    assert clock.now() == clock.now()
+    clock.advance(1500)
+    assert clock.now() == datetime(2030, 1, 1, 0, 0, 1, 500_000, tzinfo=UTC)
+    with pytest.raises(ValueError, match="backwards"):
+        clock.advance(timedelta(seconds=-1))
+
+
+def test_times_are_rfc3339_utc_with_milliseconds() -> None:
+    moment = datetime(2030, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    assert to_rfc3339(moment) == "2030-05-06T07:08:09.123Z"
+    assert to_rfc3339(None) is None
+
+
+def test_cursors_round_trip_and_reject_garbage() -> None:
+    assert decode_cursor(encode_cursor("01abc")) == "01abc"
+    assert decode_cursor(None) is None
+    for bad in ("%%%", "abc", encode_cursor("x")[:-2] + "!!"):
+        with pytest.raises(InvalidRequest):
+            decode_cursor(bad)
+    assert next_cursor(["a", "b"], 2) is not None and next_cursor(["a"], 2) is None
+
+
+def test_database_urls() -> None:
+    mysql = parse_database_url("mysql://orbit:p%40ss@db.example:3307/orbit")
+    assert mysql == MySQLUrl("db.example", 3307, "orbit", "p@ss", "orbit")
+    assert "p@ss" not in mysql.redacted()
+    assert parse_database_url("sqlite:///data/orbit.db") == SQLiteUrl(Path("data/orbit.db"))
+    assert parse_database_url("sqlite:////var/lib/orbit.db") == SQLiteUrl(Path("/var/lib/orbit.db"))
+    for bad in ("postgres://x/y", "mysql://host", "sqlite://host/x", "sqlite:///"):
+        with pytest.raises(InvalidDatabaseUrl):
+            parse_database_url(bad)
+
+
+def test_secrets_are_redacted_from_log_events() -> None:
+    token = "ok_01m8kfznxrf7444skh7v9w46zg_iWI9qf8GMP2NsC_u17_wsXpF0iAyMdTPBgkx1MJsLek"
+    event = {
+        "event": f"got {token}",
+        "authorization": "Bearer abc",
+        "headers": {"Authorization": "Bearer xyz", "accept": "json"},
+        "url": "mysql://orbit:hunter2@db/orbit",
+        "count": 3,
+    }
+    out = redact_secrets(None, "info", dict(event))
+    text = str(out)
+    assert token not in text and "abc" not in text and "xyz" not in text and "hunter2" not in text
+    assert out["count"] == 3 and out["headers"]["accept"] == "json"
+    assert redact_text("Bearer sometoken") == "Bearer ***"
