@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from litestar import Litestar
@@ -13,7 +14,7 @@ from orbit_server.api.auth import authenticate
 from orbit_server.api.errors import handle_exception
 from orbit_server.api.middleware import OrbitHTTPMiddleware
 from orbit_server.api.routes import audit, health, keys
-from orbit_server.config import ServerRole
+from orbit_server.config import ServerRole, Settings
 from orbit_server.runtime.node import Node
 
 HEALTH_ROUTES: list[Any] = [health.healthz, health.readyz, health.metrics]
@@ -27,12 +28,9 @@ API_ROUTES: list[Any] = [
 ]
 
 
-def build_litestar(node: Node) -> Litestar:
-    async def provide_node() -> Node:
-        return node
-
+def build_litestar(settings: Settings, provide_node: Callable[[], Awaitable[Node]]) -> Litestar:
     routes = list(HEALTH_ROUTES)
-    if node.settings.has_role(ServerRole.API):
+    if settings.has_role(ServerRole.API):
         routes += API_ROUTES
     return Litestar(
         route_handlers=routes,
@@ -47,7 +45,7 @@ def build_litestar(node: Node) -> Litestar:
             description="Durable tasks (Pulse) and workflows (Weave). See docs/ for the contract.",
             path="/openapi",
         ),
-        request_max_body_size=node.settings.max_body_bytes,
+        request_max_body_size=settings.max_body_bytes,
         debug=False,
         logging_config=None,
     )
@@ -58,7 +56,11 @@ class OrbitApp:
 
     def __init__(self, node: Node) -> None:
         self.node = node
-        self.litestar = build_litestar(node)
+
+        async def provide_node() -> Node:
+            return node
+
+        self.litestar = build_litestar(node.settings, provide_node)
         self._asgi = OrbitHTTPMiddleware(
             self.litestar, metrics=node.metrics, max_body_bytes=node.settings.max_body_bytes
         )
@@ -66,5 +68,12 @@ class OrbitApp:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await self._asgi(scope, receive, send)
 
-    def openapi(self) -> dict[str, Any]:
-        return self.litestar.openapi_schema.to_schema()
+
+def openapi_document(settings: Settings | None = None) -> dict[str, Any]:
+    """The OpenAPI document of the HTTP API (no database needed)."""
+
+    async def no_node() -> Node:
+        raise RuntimeError("the OpenAPI document is built without a node")
+
+    app = build_litestar(settings or Settings.load(environ={}), no_node)
+    return app.openapi_schema.to_schema()

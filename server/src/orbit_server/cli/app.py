@@ -78,7 +78,7 @@ def run(coro_factory: Callable[[], Awaitable[T]]) -> T:
     try:
         import uvloop
 
-        return uvloop.run(coro_factory())  # type: ignore[arg-type, no-any-return]
+        return uvloop.run(coro_factory())  # type: ignore[arg-type]
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         return asyncio.run(coro_factory())  # type: ignore[arg-type]
 
@@ -147,6 +147,20 @@ def migrate(database_url: DbOpt = None) -> None:
     settings = load_settings({"database_url": database_url})
     require_database_url(settings)
     raise typer.Exit(run(lambda: migrate_database(settings)))
+
+
+@app.command()
+def openapi(
+    output: Annotated[Path | None, typer.Option("--output", help="Write to a file")] = None,
+) -> None:
+    """Print the OpenAPI document of the HTTP API."""
+    from orbit_server.api.app import openapi_document
+
+    text = json.dumps(openapi_document(), indent=2, sort_keys=True) + "\n"
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        output.write_text(text)
 
 
 @app.command("config")

@@ -8,8 +8,9 @@ and marks the node not ready, because a half-working node must not pretend.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -17,7 +18,7 @@ from orbit_server.config import ServerRole
 
 log = structlog.get_logger("orbit.roles")
 
-LoopFactory = Callable[[], Awaitable[None]]
+LoopFactory = Callable[[], Coroutine[Any, Any, None]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,8 @@ class ConnectionLost(Exception):
 class Tx(Protocol):
     """One open transaction. Every method takes a query *name* and its parameters."""
 
-    dialect: Dialect
+    @property
+    def dialect(self) -> Dialect: ...
 
     async def fetch_all(self, query: str, params: Params | None = None) -> list[Row]: ...
 

@@ -94,8 +94,8 @@ class MySQLTx:
         self._conn = conn
         self._queries = queries
 
-    async def _run(self, sql: str, args: tuple[Any, ...] | None) -> DictCursor:
-        cursor: DictCursor = self._conn.cursor(DictCursor)
+    async def _run(self, sql: str, args: tuple[Any, ...] | None) -> Any:
+        cursor: Any = self._conn.cursor(DictCursor)
         try:
             await cursor.execute(sql, args)
         except BaseException as exc:
@@ -132,7 +132,7 @@ class MySQLTx:
         name = self._queries[query]
         sql = name.positional
         args = [_convert_params(tuple(r[p] for p in name.params)) for r in rows]
-        cursor: DictCursor = self._conn.cursor(DictCursor)
+        cursor: Any = self._conn.cursor(DictCursor)
         try:
             await cursor.executemany(sql, args)
             return int(cursor.rowcount)

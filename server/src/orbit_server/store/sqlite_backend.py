@@ -79,7 +79,7 @@ class SQLiteTx:
     ) -> sqlite3.Cursor:
         try:
             if many:
-                return self._conn.executemany(sql, args)  # type: ignore[arg-type]
+                return self._conn.executemany(sql, args)
             return self._conn.execute(sql, args)
         except sqlite3.Error as exc:
             translated = _translate(exc)

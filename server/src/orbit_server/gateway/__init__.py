@@ -1,0 +1,1 @@
+"""WebSocket adapter: the worker endpoint ``/v1/worker``."""

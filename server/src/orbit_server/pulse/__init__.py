@@ -1,0 +1,1 @@
+"""Pulse: durable tasks, attempts, leases, retries, quotas, gates and schedules."""

@@ -1,0 +1,1 @@
+"""Weave: declarative, versioned workflows on top of Pulse."""
