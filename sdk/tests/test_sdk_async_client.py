@@ -7,8 +7,9 @@ from typing import Any
 
 import httpx2
 import msgspec
-import orbit_sdk
 import pytest
+
+import orbit_sdk
 from orbit_sdk import (
     AsyncClient,
     ClientConfig,

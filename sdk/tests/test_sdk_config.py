@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
 from orbit_sdk import ClientConfig, ConfigurationError
 
 ENV = {"ORBIT_URL": "http://orbit.test:7070", "ORBIT_API_KEY": "env-key"}

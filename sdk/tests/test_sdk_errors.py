@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx2
 import pytest
+
 from orbit_sdk import (
     AsyncClient,
     AuthenticationError,

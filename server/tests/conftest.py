@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
+
 from orbit_server.api.app import OrbitApp
 from orbit_server.bootstrap import build_node
 from orbit_server.clock import FakeClock
@@ -22,7 +23,6 @@ from orbit_server.runtime.node import Node
 from orbit_server.scope import Scope
 from orbit_server.store import Database, open_database
 from orbit_server.store.migrate import migrate
-
 from tests.support.databases import MySQLServerForTests, mysql_server_for_tests
 
 DIALECTS = ("sqlite", "mariadb")

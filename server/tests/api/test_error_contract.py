@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import httpx2
 import pytest
+
 from orbit_server.governance.keys import Role
 from orbit_server.runtime.node import Node
-
 from tests.conftest import bearer, make_key
 
 ERROR_FIELDS = {"code", "category", "message", "retryable", "request_id"}

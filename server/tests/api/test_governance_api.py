@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import httpx2
+
 from orbit_server.governance.keys import Role
 from orbit_server.runtime.node import Node
-
 from tests.api.test_error_contract import assert_error
 from tests.conftest import OTHER_ENV, OTHER_TENANT, SCOPE, bearer, make_key
 

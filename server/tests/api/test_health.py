@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import httpx2
-from orbit_server.runtime.node import Node
 
+from orbit_server.runtime.node import Node
 from tests.api.test_error_contract import assert_error
 from tests.conftest import bearer, make_key
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import httpx2
 import pytest
+
 from orbit_server.store import open_database
 from orbit_server.store.migrate import load_migrations, schema_status
-
 from tests.support.databases import MySQLServerForTests
 from tests.support.processes import OrbitProcess, run_orbit
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import asyncmy
 import pytest
+
 from orbit_server.clock import FakeClock
 from orbit_server.errors import CommitOutcomeUnknown, DatabaseUnavailable
 from orbit_server.scope import Scope
@@ -18,7 +19,6 @@ from orbit_server.store.base import TransientConflict
 from orbit_server.store.migrate import migrate
 from orbit_server.store.mysql_backend import MySQLDatabase
 from orbit_server.store.sqlite_backend import InstanceLocked, SQLiteDatabase
-
 from tests.harness.mariadb import free_port
 
 

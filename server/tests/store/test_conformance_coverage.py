@@ -6,9 +6,8 @@ import importlib
 import inspect
 import pkgutil
 
-from orbit_server.store import governance
-
 import tests.store as store_tests
+from orbit_server.store import governance
 
 # Aggregate modules whose public async functions form the store's method set.
 STORE_MODULES = [governance]

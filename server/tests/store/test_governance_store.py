@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+
 from orbit_server.clock import FakeClock
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx

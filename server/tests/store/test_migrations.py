@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from orbit_server.store import Database, Tx, open_database
 from orbit_server.store.migrate import (
     MigrationError,
@@ -18,7 +19,6 @@ from orbit_server.store.migrate import (
     schema_status,
 )
 from orbit_server.store.sql import QueryBook
-
 from tests.support.databases import MySQLServerForTests
 
 RUNNER_TABLE = "orbit_schema_migrations"

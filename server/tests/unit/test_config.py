@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from orbit_server.config import ServerRole, Settings, SettingsError, describe_settings
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from orbit_server.errors import Forbidden
 from orbit_server.governance.keys import (
     Principal,

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+
 from orbit_server.api.pagination import decode_cursor, encode_cursor, next_cursor
 from orbit_server.clock import FakeClock, to_rfc3339
 from orbit_server.errors import InvalidRequest

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from orbit_server.store.probe import (
     UnsupportedServer,
     evaluate_mysql_server,

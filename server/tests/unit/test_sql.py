@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from orbit_server.store.sql import QueryBook, parse_queries, split_statements
 
 SOURCE = """
