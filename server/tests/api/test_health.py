@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import httpx2
+import pytest
 
 from orbit_server.runtime.node import Node
+from orbit_server.store import Database
 from tests.api.test_error_contract import assert_error
 from tests.conftest import bearer, make_key
 
@@ -52,6 +54,30 @@ async def test_metrics_are_prometheus_text_with_bounded_labels(
     text = response.text
     assert 'orbit_http_requests_total{method="GET",route="/v1/whoami",status="200"} 1.0' in text
     assert 'route="unmatched",status="404"' in text
+    assert 'orbit_errors_total{code="not_found"} 1.0' in text
     assert "orbit_db_pool_connections_max" in text
     assert 'orbit_role_enabled{role="api"} 1.0' in text
     assert "acme" not in text and key not in text  # no tenant ids or secrets as labels
+
+
+async def test_readyz_is_503_on_a_schema_that_is_not_current(empty_db: Database) -> None:
+    from orbit_server.api.app import OrbitApp
+    from orbit_server.bootstrap import build_node
+    from orbit_server.config import Settings
+
+    node = await build_node(Settings.load(environ={}), db=empty_db, require_current_schema=False)
+    transport = httpx2.ASGITransport(app=OrbitApp(node))
+    async with httpx2.AsyncClient(transport=transport, base_url="http://orbit.test") as http:
+        response = await http.get("/readyz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["checks"] == {"database": "ok", "schema": "outdated"}
+    assert "orbit migrate" in body["error"]["message"]
+
+
+async def test_build_node_refuses_a_schema_that_is_not_current(empty_db: Database) -> None:
+    from orbit_server.bootstrap import SchemaNotCurrent, build_node
+    from orbit_server.config import Settings
+
+    with pytest.raises(SchemaNotCurrent, match="orbit migrate"):
+        await build_node(Settings.load(environ={}), db=empty_db)

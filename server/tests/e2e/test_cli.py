@@ -147,3 +147,17 @@ def test_keys_cli_rejects_bad_input_clearly(mariadb_url: str) -> None:
     assert bad_tenant.code != 0 and "invalid tenant" in bad_tenant.stderr
     missing = run_orbit("keys", "revoke", "nope", env=env)
     assert missing.code != 0 and "no API key" in missing.stderr
+
+
+def test_the_readme_run_command_works(tmp_path: Path) -> None:
+    """`scripts/dev` exactly as the README gives it (extra flags pass through to orbit dev)."""
+    root = Path(__file__).resolve().parents[3]
+    dev = OrbitProcess.command(
+        [str(root / "scripts" / "dev"), "--data-dir", str(tmp_path / "d"), "--port", "0"]
+    )
+    try:
+        url = dev.wait_for("ORBIT_URL", "ORBIT_API_KEY", timeout=120)["ORBIT_URL"]
+        with httpx2.Client(base_url=url) as client:
+            assert client.get("/readyz").status_code == 200
+    finally:
+        assert dev.stop() == 0

@@ -45,9 +45,11 @@ def run_orbit(*args: str, env: dict[str, str] | None = None, timeout: float = 60
 class OrbitProcess:
     """A long-running ``orbit dev`` / ``orbit server``; stdout lines are collected as they come."""
 
-    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, args: Sequence[str], env: dict[str, str] | None = None, *, raw: bool = False
+    ) -> None:
         self.proc = subprocess.Popen(
-            orbit_command(*args),
+            list(args) if raw else orbit_command(*args),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -72,6 +74,11 @@ class OrbitProcess:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.stderr_lines.append(line)
+
+    @classmethod
+    def command(cls, argv: Sequence[str], env: dict[str, str] | None = None) -> OrbitProcess:
+        """Any command line (e.g. a script) rather than ``orbit …``."""
+        return cls(argv, env, raw=True)
 
     def wait_for(self, *names: str, timeout: float = 30) -> dict[str, str]:
         """Block until each ``NAME=value`` line has been printed; answers them."""

@@ -10,6 +10,8 @@ from orbit_server.ids import new_id
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 
 request_id_var: ContextVar[str | None] = ContextVar("orbit_request_id", default=None)
+# The stable code of the error a request answered with, for the outer layer's metrics.
+error_code_var: ContextVar[str | None] = ContextVar("orbit_error_code", default=None)
 
 
 def accept_request_id(offered: str | None) -> str:

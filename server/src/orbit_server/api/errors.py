@@ -19,7 +19,7 @@ from litestar.exceptions import (
 )
 
 from orbit_server import errors
-from orbit_server.api.context import current_request_id
+from orbit_server.api.context import current_request_id, error_code_var
 
 log = structlog.get_logger("orbit.api")
 
@@ -110,6 +110,7 @@ def _validation_message(exc: ValidationException) -> str:
 
 def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     error = to_orbit_error(exc)
+    error_code_var.set(error.code)
     request_id = current_request_id()
     if isinstance(error, errors.InternalError) and not isinstance(exc, errors.OrbitError):
         log.error("unhandled error", path=request.url.path, exc_info=exc)

@@ -14,7 +14,7 @@ from typing import Any
 import structlog
 
 from orbit_server import errors
-from orbit_server.api.context import accept_request_id, request_id_var
+from orbit_server.api.context import accept_request_id, error_code_var, request_id_var
 from orbit_server.api.errors import encode_error, error_headers
 from orbit_server.observability.metrics import Metrics
 
@@ -50,6 +50,7 @@ class OrbitHTTPMiddleware:
             return
         request_id = accept_request_id(_header(scope, b"x-request-id"))
         token = request_id_var.set(request_id)
+        code_token = error_code_var.set(None)
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(request_id=request_id)
         started = time.perf_counter()
@@ -75,6 +76,9 @@ class OrbitHTTPMiddleware:
             status = status_holder[0]
             self.metrics.http_requests.labels(method, route, str(status)).inc()
             self.metrics.http_duration.labels(method, route).observe(elapsed)
+            code = error_code_var.get()
+            if code is not None:
+                self.metrics.errors.labels(code).inc()
             log.info(
                 "request",
                 method=method,
@@ -84,6 +88,7 @@ class OrbitHTTPMiddleware:
             )
             structlog.contextvars.clear_contextvars()
             request_id_var.reset(token)
+            error_code_var.reset(code_token)
 
     def _refuse_early(self, scope: Scope) -> errors.OrbitError | None:
         declared = _header(scope, b"content-length")
@@ -123,7 +128,7 @@ class OrbitHTTPMiddleware:
         return limited_receive
 
     async def _send_error(self, send: Any, error: errors.OrbitError, request_id: str) -> None:
-        self.metrics.errors.labels(error.code).inc()
+        error_code_var.set(error.code)
         body = encode_error(error, request_id)
         headers = [
             (b"content-type", b"application/json"),

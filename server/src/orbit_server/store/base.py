@@ -103,7 +103,11 @@ class Database(abc.ABC):
             try:
                 return await self._run_once(unit, write=write)
             except (TransientConflict, ConnectionLost) as exc:
-                if attempt >= self.retry.max_attempts:
+                # A lost connection is retried once (a pooled connection may have gone stale
+                # while the server restarted); a second loss means the server is down, and
+                # waiting for more connect timeouts would only delay the 503.
+                limit = self.retry.max_attempts if isinstance(exc, TransientConflict) else 2
+                if attempt >= limit:
                     raise self._exhausted(exc) from exc
                 await asyncio.sleep(self.retry.delay(attempt))
 
