@@ -57,14 +57,15 @@ async def build_node(
     for role in ServerRole:
         metrics.role_enabled.labels(str(role)).set(1 if settings.has_role(role) else 0)
     audit_writer = AuditWriter(clock)
+    supervisor = Supervisor(settings.roles)
     return Node(
         settings=settings,
         clock=clock,
         db=db,
         server_info=info,
         metrics=metrics,
-        readiness=ReadinessProbe(db, metrics),
-        supervisor=Supervisor(settings.roles),
+        readiness=ReadinessProbe(db, metrics, failed_loops=lambda: list(supervisor.failed)),
+        supervisor=supervisor,
         audit_writer=audit_writer,
         keys=KeyService(db, clock, audit_writer),
         audit=AuditService(db),

@@ -93,10 +93,6 @@ class Settings:
         365 * 86_400_000, "How long audit records are kept", minimum=86_400_000
     )
 
-    @property
-    def database(self) -> Any:
-        return parse_database_url(self.database_url)
-
     def has_role(self, role: ServerRole) -> bool:
         return role in self.roles
 

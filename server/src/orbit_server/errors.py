@@ -42,7 +42,7 @@ class InternalError(OrbitError):
     code = "internal"
     category = Category.TRANSIENT
     status = 500
-    retryable = True
+    retryable = False  # a bug is not cured by repeating the request
     default_message = "internal error; the request id identifies it in the server logs"
 
 
@@ -188,11 +188,11 @@ class CommitOutcomeUnknown(Unavailable):
     Callers must re-read before deciding and never treat it as "not done" for unsafe work.
     """
 
-    default_message = "the database did not confirm the commit; the outcome is unknown"
-
-
-class Draining(Unavailable):
-    default_message = "this server is shutting down; retry on another instance"
+    retryable = False  # replaying could apply the change twice: read the state first
+    default_message = (
+        "the database did not confirm the commit; the change may or may not have been made, "
+        "so read the current state before retrying"
+    )
 
 
 ERROR_TYPES: tuple[type[OrbitError], ...] = (

@@ -1,15 +1,19 @@
 """Opaque, time-ordered identifiers.
 
-Ids sort by creation time (48-bit milliseconds) followed by 80 random bits, so new rows land at
-the end of InnoDB's clustered index instead of splitting pages at random.
+An id is 48 bits of milliseconds followed by 80 bits that are random for the first id of a
+millisecond and incremented for the next ones, so ids made by one process sort in creation order
+(audit logs list newest first by id) and new rows land at the end of InnoDB's clustered index.
+Across processes, ids of the same millisecond are ordered arbitrarily.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lower case
+_RANDOM_BITS = 80
 
 
 def _base32(value: int, length: int) -> str:
@@ -20,8 +24,35 @@ def _base32(value: int, length: int) -> str:
     return "".join(reversed(chars))
 
 
+class _Monotonic:
+    """Process-wide state of the generator (the one global in Orbit: ids must not repeat)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.last_ms = -1
+        self.last_rand = 0
+
+    def next(self, ms: int) -> tuple[int, int]:
+        with self.lock:
+            if ms <= self.last_ms:
+                ms = self.last_ms
+                rand = self.last_rand + 1 + int.from_bytes(os.urandom(2), "big")
+                if rand >> _RANDOM_BITS:  # exhausted this millisecond: borrow the next one
+                    ms, rand = ms + 1, int.from_bytes(os.urandom(9), "big")
+            else:
+                rand = int.from_bytes(os.urandom(9), "big")  # 72 bits leaves room to count up
+            self.last_ms, self.last_rand = ms, rand
+            return ms, rand
+
+
+_STATE = _Monotonic()
+
+
 def new_id(prefix: str = "", *, now_ms: int | None = None) -> str:
-    """A 26-character time-ordered id, optionally prefixed (``key_…``)."""
+    """A 26-character time-ordered id, optionally prefixed (``aud_…``)."""
     ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-    rand = int.from_bytes(os.urandom(10), "big")
+    if now_ms is None:
+        ms, rand = _STATE.next(ms)
+    else:
+        rand = int.from_bytes(os.urandom(10), "big")
     return prefix + _base32(ms & ((1 << 48) - 1), 10) + _base32(rand, 16)

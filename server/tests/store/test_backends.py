@@ -54,14 +54,19 @@ async def test_a_duplicate_leaves_the_transaction_usable(db: Database, clock: Fa
 
 async def test_every_pooled_connection_reads_committed(db: Database) -> None:
     mysql_only(db, "isolation levels are a MySQL/MariaDB setting; SQLite serialises writers")
+    assert isinstance(db, MySQLDatabase)
 
-    async def isolation(tx: Tx) -> str:
-        row = await tx.fetch_one("session_isolation")
-        assert row is not None
-        return str(row["isolation"])
+    async def session(tx: Tx) -> tuple[str, int]:
+        # The seam has no query for session variables; the test reads them directly.
+        async with tx._conn.cursor() as cursor:  # type: ignore[attr-defined]  # noqa: SLF001
+            await cursor.execute(
+                f"SELECT @@SESSION.{db.isolation_variable}, @@SESSION.innodb_lock_wait_timeout"
+            )
+            row = await cursor.fetchone()
+        return str(row[0]), int(row[1])
 
-    levels = await asyncio.gather(*(db.read(isolation) for _ in range(6)))
-    assert set(levels) == {"READ-COMMITTED"}
+    sessions = await asyncio.gather(*(db.read(session) for _ in range(6)))
+    assert set(sessions) == {("READ-COMMITTED", 5)}
 
 
 async def test_deadlocked_units_are_retried_whole(db: Database, clock: FakeClock) -> None:

@@ -149,7 +149,6 @@ def test_dialects_have_the_same_migration_numbers() -> None:
 
 # Queries that only one dialect needs, each with its reason.
 DIALECT_ONLY = {
-    "session_isolation": "isolation level is a MySQL/MariaDB session setting",
     "migration_lock_acquire": "SQLite serialises migrators with a file lock",
     "migration_lock_release": "SQLite serialises migrators with a file lock",
     "connection_id": "SQLite has no server connections",

@@ -70,3 +70,8 @@ def test_secrets_are_redacted_from_log_events() -> None:
     assert token not in text and "abc" not in text and "xyz" not in text and "hunter2" not in text
     assert out["count"] == 3 and out["headers"]["accept"] == "json"
     assert redact_text("Bearer sometoken") == "Bearer ***"
+
+
+def test_ids_of_one_process_are_strictly_increasing() -> None:
+    ids = [new_id() for _ in range(5000)]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)

@@ -17,7 +17,13 @@ from orbit_server.api.routes import audit, health, keys
 from orbit_server.config import ServerRole, Settings
 from orbit_server.runtime.node import Node
 
-HEALTH_ROUTES: list[Any] = [health.healthz, health.readyz, health.metrics]
+HEALTH_ROUTES: list[Any] = [
+    health.healthz,
+    health.healthz_head,
+    health.readyz,
+    health.readyz_head,
+    health.metrics,
+]
 API_ROUTES: list[Any] = [
     keys.whoami,
     keys.create_key,

@@ -90,22 +90,24 @@ def to_orbit_error(exc: BaseException) -> errors.OrbitError:
 
 
 def _validation_message(exc: ValidationException) -> str:
-    # Litestar's validation details come from msgspec ("Expected `int`, got `str` - at
-    # `$.priority`") or from its own body parsing ("Malformed JSON"); both are safe to show.
+    # Litestar's details come from msgspec ("Expected `int`, got `str` - at `$.priority`") or
+    # from its own parameter parsing; only the field name and the reason are passed on.
     extra = exc.extra if isinstance(exc.extra, list) else []
     parts = []
     for item in extra:
-        if isinstance(item, dict) and item.get("message"):
-            where = item.get("key") or ""
-            source = item.get("source") or ""
-            prefix = f"{source} {where}".strip()
-            parts.append(f"{prefix}: {item['message']}" if prefix else str(item["message"]))
-    detail = str(exc.detail or "")
-    if "malformed" in detail.lower() or ("json" in detail.lower() and not parts):
-        return "the request body is not valid JSON"
-    if parts:
-        return "invalid request: " + "; ".join(parts)
-    return "the request is invalid"
+        if not isinstance(item, dict) or not item.get("message"):
+            continue
+        message = str(item["message"])
+        key = str(item.get("key") or "")
+        source = str(item.get("source") or "").lower()
+        where = (
+            "query parameter" if "query" in source else "path parameter" if "path" in source else ""
+        )
+        if key and key != "data":
+            parts.append(f"{where} {key}: {message}".strip())
+        else:
+            parts.append(message)
+    return "invalid request: " + "; ".join(parts) if parts else "the request is invalid"
 
 
 def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:

@@ -55,10 +55,12 @@ class OrbitHTTPMiddleware:
         structlog.contextvars.bind_contextvars(request_id=request_id)
         started = time.perf_counter()
         status_holder = [500]
+        response_started = [False]
         request_id_header = (b"x-request-id", request_id.encode())
 
         async def send_with_id(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
+                response_started[0] = True
                 status_holder[0] = int(message["status"])
                 message["headers"] = [*message.get("headers", []), request_id_header]
             await send(message)
@@ -68,7 +70,16 @@ class OrbitHTTPMiddleware:
             if refusal is not None:
                 await self._send_error(send_with_id, refusal, request_id)
             else:
-                await self.app(scope, self._limited(receive), send_with_id)
+                try:
+                    await self.app(scope, self._limited(receive), send_with_id)
+                except Exception as exc:
+                    # Litestar answers its own failures; this is the last line of defence.
+                    log.error("unhandled error outside the router", exc_info=exc)
+                    if not response_started[0]:
+                        error = (
+                            exc if isinstance(exc, errors.OrbitError) else errors.InternalError()
+                        )
+                        await self._send_error(send_with_id, error, request_id)
         finally:
             elapsed = time.perf_counter() - started
             route = self._route(scope)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -32,10 +32,13 @@ class WhoAmI(msgspec.Struct):
     queues: list[str] | None
 
 
+QueueName = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+
+
 class KeyCreate(Request):
-    roles: list[str]
-    queues: list[str] | None = None
-    name: str | None = None
+    roles: Annotated[list[Annotated[str, msgspec.Meta(max_length=32)]], msgspec.Meta(max_length=8)]
+    queues: Annotated[list[QueueName], msgspec.Meta(max_length=100)] | None = None
+    name: Annotated[str, msgspec.Meta(max_length=200)] | None = None
 
 
 class ApiKey(msgspec.Struct):

@@ -23,7 +23,8 @@ from orbit_server.store.probe import UnsupportedServer
 CLI_ACTOR = Actor("cli")
 
 
-def _err(message: str) -> int:
+def report_error(message: str) -> int:
+    """Print ``error: …`` to stderr; answers the exit code for a refusal."""
     typer.echo(f"error: {message}", err=True)
     return 2
 
@@ -45,7 +46,7 @@ async def migrate_database(settings: Settings) -> int:
         async with connected(settings) as db:
             applied = await migrate(db)
     except (OrbitError, MigrationError, UnsupportedServer) as exc:
-        return _err(str(exc))
+        return report_error(str(exc))
     if not applied:
         typer.echo("schema is current; nothing to do")
     for m in applied:
@@ -74,7 +75,7 @@ async def create_key(
         scope = Scope(tenant, environment)
         parsed = parse_roles(roles)
     except ValueError as exc:
-        return _err(str(exc))
+        return report_error(str(exc))
     try:
         async with connected(settings) as db:
             service = await _key_service(db)
@@ -84,7 +85,7 @@ async def create_key(
                 scope, parsed, actor=CLI_ACTOR, queues=tuple(queues) if queues else None, name=name
             )
     except (OrbitError, UnsupportedServer) as exc:
-        return _err(str(exc))
+        return report_error(str(exc))
     record = created.record
     typer.echo(
         f"created key {record.id} in {tenant}/{environment} with roles {', '.join(record.roles)}"
@@ -113,10 +114,13 @@ async def list_keys(
     settings: Settings, tenant: str | None, environment: str | None, output: str
 ) -> int:
     if output not in ("table", "json"):
-        return _err("--output must be table or json")
+        return report_error("--output must be table or json")
     if (tenant is None) != (environment is None):
-        return _err("give --tenant and --environment together, or neither")
-    scope = Scope(tenant, environment) if tenant and environment else None
+        return report_error("give --tenant and --environment together, or neither")
+    try:
+        scope = Scope(tenant, environment) if tenant and environment else None
+    except ValueError as exc:
+        return report_error(str(exc))
     keys: list[ApiKeyRecord] = []
     try:
         async with connected(settings) as db:
@@ -131,7 +135,7 @@ async def list_keys(
                     break
                 after = page[-1].id
     except (OrbitError, UnsupportedServer) as exc:
-        return _err(str(exc))
+        return report_error(str(exc))
     rows = [_describe(k) for k in keys]
     if output == "json":
         typer.echo(json.dumps(rows, indent=2))
@@ -163,8 +167,8 @@ async def revoke_key(settings: Settings, key_id: str) -> int:
                 return 2
             key = await service.revoke(key_id, actor=CLI_ACTOR, scope=None)
     except NotFound:
-        return _err(f"no API key with id {key_id}")
+        return report_error(f"no API key with id {key_id}")
     except (OrbitError, UnsupportedServer) as exc:
-        return _err(str(exc))
+        return report_error(str(exc))
     typer.echo(f"revoked key {key.id} ({key.scope.tenant}/{key.scope.environment})")
     return 0

@@ -106,9 +106,13 @@ def dev(
     """One process on an embedded SQLite file, migrated automatically (for development)."""
     from orbit_server.cli.serve import serve_dev
 
-    flags = {"host": host, "port": port, **parse_extra_flags(ctx.args)}
+    extra = parse_extra_flags(ctx.args)
+    if "database_url" in extra:
+        raise fail("orbit dev always uses its own SQLite file in --data-dir; use `orbit server`")
     db_path = data_dir.resolve() / "orbit.db"
-    settings = load_settings(flags, defaults={"database_url": f"sqlite:///{db_path}"})
+    # The embedded file wins over ORBIT_DATABASE_URL: dev must never migrate a shared database.
+    flags = {"host": host, "port": port, **extra, "database_url": f"sqlite:///{db_path}"}
+    settings = load_settings(flags)
     raise typer.Exit(run(lambda: serve_dev(settings, data_dir.resolve())))
 
 

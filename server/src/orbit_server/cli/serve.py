@@ -6,15 +6,15 @@ import asyncio
 import contextlib
 import os
 import signal
-import sys
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import structlog
-import typer
 import uvicorn
 
 from orbit_server.bootstrap import SchemaNotCurrent, build_app, build_node, database_for
+from orbit_server.cli.admin import report_error
 from orbit_server.config import Settings
 from orbit_server.errors import OrbitError, Unauthenticated
 from orbit_server.governance.keys import ALL_ROLES
@@ -31,11 +31,6 @@ log = structlog.get_logger("orbit.serve")
 DEV_SCOPE = Scope("default", "dev")
 DEV_KEY_FILE = "dev-key"
 STARTUP_ERRORS = (OrbitError, SchemaNotCurrent, UnsupportedServer, InstanceLocked, MigrationError)
-
-
-def _err(message: str) -> int:
-    typer.echo(f"error: {message}", err=True)
-    return 2
 
 
 async def ensure_dev_key(node: Node, data_dir: Path) -> str:
@@ -66,7 +61,7 @@ async def serve_dev(settings: Settings, data_dir: Path) -> int:
         node = await build_node(settings, db=db)
     except STARTUP_ERRORS as exc:
         await db.close()
-        return _err(str(exc))
+        return report_error(str(exc))
     token = await ensure_dev_key(node, data_dir)
     return await serve(node, announce_key=token)
 
@@ -79,7 +74,7 @@ async def serve_production(settings: Settings) -> int:
         node = await build_node(settings, db=db)
     except STARTUP_ERRORS as exc:
         await db.close()
-        return _err(str(exc))
+        return report_error(str(exc))
     return await serve(node)
 
 
@@ -87,9 +82,18 @@ class _Server(uvicorn.Server):
     """uvicorn re-raises a captured SIGTERM after serving, killing the process before the node
     drains; Orbit handles the signals itself and exits 0 after a clean shutdown."""
 
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.listening = asyncio.Event()
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            self.listening.set()
 
     def request_exit(self) -> None:
         if self.should_exit:
@@ -97,13 +101,31 @@ class _Server(uvicorn.Server):
         self.should_exit = True
 
 
+def bind_listener(host: str, port: int) -> socket.socket:
+    """Bind the listening socket up front, so a taken port is a clear error, not a crash."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
 async def serve(node: Node, *, announce_key: str | None = None) -> int:
     """Serve until SIGINT/SIGTERM, then drain and close. Prints ORBIT_URL once listening."""
     settings = node.settings
+    try:
+        sock = bind_listener(settings.host, settings.port)
+    except OSError as exc:
+        await node.stop()
+        where = f"{settings.host}:{settings.port}"
+        return report_error(f"cannot listen on {where}: {exc.strerror or exc}")
     config = uvicorn.Config(
         build_app(node),
-        host=settings.host,
-        port=settings.port,
         loop="none",
         http="httptools",
         ws="websockets-sansio",
@@ -118,14 +140,13 @@ async def serve(node: Node, *, announce_key: str | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, server.request_exit)
     await node.start()
-    serving = asyncio.create_task(server.serve())
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        while not server.started:
-            if serving.done():
-                break
-            await asyncio.sleep(0.02)
+        listening = asyncio.create_task(server.listening.wait())
+        await asyncio.wait([serving, listening], return_when=asyncio.FIRST_COMPLETED)
+        listening.cancel()
         if server.started:
-            port = server.servers[0].sockets[0].getsockname()[1]
+            port = sock.getsockname()[1]
             host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host  # noqa: S104
             print(f"ORBIT_URL=http://{host}:{port}", flush=True)
             if announce_key is not None:
@@ -136,7 +157,7 @@ async def serve(node: Node, *, announce_key: str | None = None) -> int:
         await node.stop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
+        sock.close()
     if not server.started:
-        print("error: the HTTP listener could not start (is the port in use?)", file=sys.stderr)
-        return 1
+        return report_error("the HTTP listener could not start")
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -71,6 +72,14 @@ def parse_token(token: str) -> tuple[str, str] | None:
     if not sep or not key_id or len(secret) < 20 or len(token) > 200:
         return None
     return key_id, secret
+
+
+_KEY_ID = re.compile(r"^[0-9a-z]{26}$")
+
+
+def is_key_id(value: str) -> bool:
+    """Key ids are 26 lower-case base32 characters; anything else names no key."""
+    return bool(_KEY_ID.match(value))
 
 
 def secret_matches(secret: str, secret_hash: str) -> bool:

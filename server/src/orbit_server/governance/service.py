@@ -11,6 +11,7 @@ from orbit_server.governance.keys import (
     Principal,
     Role,
     generate_key,
+    is_key_id,
     parse_token,
     secret_matches,
 )
@@ -112,6 +113,9 @@ class KeyService:
         return CreatedKey(record=record, token=new.token)
 
     async def get(self, key_id: str, scope: Scope) -> ApiKeyRecord:
+        if not is_key_id(key_id):
+            raise NotFound("no such API key")
+
         async def unit(tx: Tx) -> ApiKeyRecord | None:
             return await gov.key_get(tx, key_id, scope)
 
@@ -130,6 +134,8 @@ class KeyService:
 
     async def revoke(self, key_id: str, *, actor: Actor, scope: Scope | None) -> ApiKeyRecord:
         """Revoke a key (idempotent); ``scope`` None is the CLI's view of every scope."""
+        if not is_key_id(key_id):
+            raise NotFound("no such API key")
 
         async def unit(tx: Tx) -> ApiKeyRecord | None:
             key = await gov.key_get(tx, key_id, scope)
@@ -157,6 +163,8 @@ class KeyService:
         if parsed is None:
             raise Unauthenticated()
         key_id, secret = parsed
+        if not is_key_id(key_id):
+            raise Unauthenticated()
 
         async def unit(tx: Tx) -> ApiKeyRecord | None:
             return await gov.key_get(tx, key_id)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import structlog
 
-from orbit_server.errors import OrbitError
 from orbit_server.observability.metrics import Metrics
 from orbit_server.store import Database
 from orbit_server.store.migrate import schema_status
@@ -23,21 +23,33 @@ class Readiness:
 
 
 class ReadinessProbe:
-    def __init__(self, db: Database, metrics: Metrics, *, timeout_s: float = 3.0) -> None:
+    def __init__(
+        self,
+        db: Database,
+        metrics: Metrics,
+        *,
+        failed_loops: Callable[[], list[str]] = list,
+        timeout_s: float = 3.0,
+    ) -> None:
         self._db = db
         self._metrics = metrics
+        self._failed_loops = failed_loops
         self._timeout_s = timeout_s
         self.draining = False
 
     async def check(self) -> Readiness:
         if self.draining:
             return Readiness(False, {"server": "draining"}, "this server is shutting down")
+        failed = self._failed_loops()
+        if failed:
+            reason = f"background loops stopped: {', '.join(failed)}; restart this server"
+            return Readiness(False, {"loops": "failed"}, reason)
         checks = {"database": "ok", "schema": "unknown"}
         try:
             async with asyncio.timeout(self._timeout_s):
                 await self._db.ping()
                 status = await schema_status(self._db)
-        except (OrbitError, TimeoutError) as exc:
+        except Exception as exc:  # any failure to reach the database means "not ready"
             self._metrics.db_up.set(0)
             checks["database"] = "unreachable"
             log.warning("readiness: database unreachable", reason=type(exc).__name__)

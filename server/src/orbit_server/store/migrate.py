@@ -19,7 +19,9 @@ import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from orbit_server.clock import Clock, SystemClock
@@ -78,6 +80,7 @@ def _read_dir(dialect: Dialect) -> dict[str, str]:
     return {e.name: e.read_text("utf-8") for e in folder.iterdir() if e.name.endswith(".sql")}
 
 
+@cache
 def load_migrations(dialect: Dialect) -> tuple[Migration, ...]:
     found: list[Migration] = []
     for filename, text in _read_dir(dialect).items():
@@ -93,6 +96,7 @@ def load_migrations(dialect: Dialect) -> tuple[Migration, ...]:
     return tuple(found)
 
 
+@cache
 def load_schema(dialect: Dialect) -> tuple[str, ...]:
     return tuple(split_statements(_read_dir(dialect)["schema.sql"]))
 
@@ -127,29 +131,27 @@ async def schema_status(db: Database) -> SchemaStatus:
 
 
 @contextlib.asynccontextmanager
-async def migration_lock(db: Database) -> AsyncIterator[None]:
-    """Serialise migrators: GET_LOCK on a dedicated session, or a file lock for SQLite."""
+async def migration_lock(db: Database, *, timeout_s: float = LOCK_TIMEOUT_S) -> AsyncIterator[None]:
+    """Serialise migrators of one database: GET_LOCK on a dedicated session (MySQL family),
+    or a file lock beside the SQLite file. Waits at most ``timeout_s``."""
     if db.dialect == "sqlite":
-        from orbit_server.store.sqlite_backend import SQLiteDatabase, acquire_file_lock
+        from orbit_server.store.sqlite_backend import SQLiteDatabase
 
         assert isinstance(db, SQLiteDatabase)
-        lock_path = db.path.with_name(db.path.name + ".migrate.lock")
-        fd = await asyncio.to_thread(acquire_file_lock, lock_path, wait=True)
+        fd = await _file_lock(db.path.with_name(db.path.name + ".migrate.lock"), timeout_s)
         try:
             yield
         finally:
             os.close(fd)
         return
-    from orbit_server.store.mysql_backend import MySQLDatabase
+    from orbit_server.store.mysql_backend import MySQLDatabase, translated
 
     assert isinstance(db, MySQLDatabase)
-    import asyncmy
-
-    conn = await asyncmy.connect(**db.connection_kwargs())
+    conn = await db.open_connection()
     try:
-        sql, args = db.queries.bind("migration_lock_acquire", {"timeout_s": LOCK_TIMEOUT_S})
+        sql, args = db.queries.bind("migration_lock_acquire", {"timeout_s": int(timeout_s)})
         async with conn.cursor() as cursor:
-            await cursor.execute(sql, args)
+            await translated(cursor.execute(sql, args))
             row = await cursor.fetchone()
         if not row or row[0] != 1:
             raise MigrationError("another `orbit migrate` holds the lock; try again later")
@@ -158,9 +160,25 @@ async def migration_lock(db: Database) -> AsyncIterator[None]:
         finally:
             sql, args = db.queries.bind("migration_lock_release", {})
             async with conn.cursor() as cursor:
-                await cursor.execute(sql, args)
+                await translated(cursor.execute(sql, args))
     finally:
         conn.close()
+
+
+async def _file_lock(path: Path, timeout_s: float) -> int:
+    """Poll a non-blocking flock so that waiting can be cancelled and bounded."""
+    from orbit_server.store.sqlite_backend import InstanceLocked, acquire_file_lock
+
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        try:
+            return acquire_file_lock(path)
+        except InstanceLocked:
+            if asyncio.get_running_loop().time() >= deadline:
+                raise MigrationError(
+                    "another `orbit migrate` holds the lock; try again later"
+                ) from None
+            await asyncio.sleep(0.05)
 
 
 async def migrate(db: Database, clock: Clock | None = None) -> list[Migration]:

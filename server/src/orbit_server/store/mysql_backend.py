@@ -1,14 +1,16 @@
 """MySQL 8.4+ / MariaDB 10.11+ backend on asyncmy with a bounded pool.
 
 Every connection runs READ COMMITTED (DATABASE.md: REPEATABLE READ gap locks block inserts
-behind a claimer) and autocommit off, so a unit's first statement opens its transaction and no
-extra ``BEGIN`` round trip is paid.
+behind a claimer), a short lock wait timeout, and autocommit off, so a unit's first statement
+opens its transaction and no extra ``BEGIN`` round trip is paid. The startup probe runs on a
+connection of its own before the pool exists, because the session variable names it sets differ
+between MySQL and MariaDB.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -18,7 +20,7 @@ from asyncmy.connection import Connection
 from asyncmy.cursors import DictCursor
 from asyncmy.pool import Pool
 
-from orbit_server.errors import CommitOutcomeUnknown, DatabaseUnavailable
+from orbit_server.errors import CommitOutcomeUnknown, DatabaseUnavailable, InvalidRequest
 from orbit_server.store.base import (
     ConnectionLost,
     Database,
@@ -33,23 +35,38 @@ from orbit_server.store.base import (
     to_db_time,
     utc,
 )
-from orbit_server.store.probe import evaluate_mysql_server
+from orbit_server.store.probe import evaluate_mysql_server, isolation_variable
 from orbit_server.store.sql import QueryBook
 from orbit_server.store.url import MySQLUrl
 
 ER_DUP_ENTRY = 1062
 ER_LOCK_WAIT_TIMEOUT = 1205
 ER_LOCK_DEADLOCK = 1213
-# Client-side codes for a connection that could not be made or was lost.
+# A connection that could not be made or was lost: nothing of the unit was committed.
 _CONNECTION_CODES = frozenset({2002, 2003, 2005, 2006, 2013, 2014, 2055, 1053, 1927, 4031})
 _CONNECTION_EXCEPTIONS: tuple[type[BaseException], ...] = (
     OSError,
-    ConnectionError,
     EOFError,
     asyncio.IncompleteReadError,
     TimeoutError,
     my_errors.InterfaceError,
 )
+# The server refuses work for now: read-only after a failover, interrupted or timed-out
+# statements, too many connections, access denied, unknown database.
+_UNAVAILABLE_CODES = {
+    1290: "the database is read-only",
+    1792: "the database is read-only",
+    1317: "the database interrupted the statement",
+    1969: "the database timed out the statement",
+    3024: "the database timed out the statement",
+    1040: "the database has too many connections",
+    1203: "the database user has too many connections",
+    1045: "access to the database was denied",
+    1044: "access to the database was denied",
+    1049: "the database does not exist",
+}
+# Values the column cannot hold (too long, out of range, wrong type): the caller's input.
+_DATA_CODES = frozenset({1264, 1265, 1292, 1366, 1406, 3140})
 
 
 def _error_code(exc: BaseException) -> int | None:
@@ -69,9 +86,24 @@ def translate(exc: BaseException) -> BaseException:
         return DuplicateKey(str(exc))
     if code in (ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT):
         return TransientConflict(f"mysql error {code}")
+    if code in _UNAVAILABLE_CODES:
+        return DatabaseUnavailable(_UNAVAILABLE_CODES[code])
+    if code in _DATA_CODES:
+        return InvalidRequest("a value is too long or out of range for its field")
     if is_connection_error(exc):
         return ConnectionLost(type(exc).__name__)
     return exc
+
+
+async def translated(call: Awaitable[T]) -> T:
+    """Await a driver call, raising the seam's errors instead of the driver's."""
+    try:
+        return await call
+    except Exception as exc:
+        mapped = translate(exc)
+        if mapped is exc:
+            raise
+        raise mapped from exc
 
 
 def _convert_params(args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -94,26 +126,21 @@ class MySQLTx:
         self._conn = conn
         self._queries = queries
 
-    async def _run(self, sql: str, args: tuple[Any, ...] | None) -> Any:
+    async def _cursor_call(self, use: Callable[[Any], Awaitable[T]]) -> T:
         cursor: Any = self._conn.cursor(DictCursor)
         try:
-            await cursor.execute(sql, args)
-        except BaseException as exc:
+            return await translated(use(cursor))
+        finally:
             await cursor.close()
-            translated = translate(exc)
-            if translated is exc:
-                raise
-            raise translated from exc
-        return cursor
 
     async def fetch_all(self, query: str, params: Params | None = None) -> list[Row]:
         sql, args = self._queries.bind(query, params or {})
-        cursor = await self._run(sql, _convert_params(args))
-        try:
-            rows = await cursor.fetchall()
-        finally:
-            await cursor.close()
-        return [_convert_row(r) for r in rows]
+
+        async def use(cursor: Any) -> list[Row]:
+            await cursor.execute(sql, _convert_params(args))
+            return [_convert_row(r) for r in await cursor.fetchall()]
+
+        return await self._cursor_call(use)
 
     async def fetch_one(self, query: str, params: Params | None = None) -> Row | None:
         rows = await self.fetch_all(query, params)
@@ -121,32 +148,32 @@ class MySQLTx:
 
     async def execute(self, query: str, params: Params | None = None) -> int:
         sql, args = self._queries.bind(query, params or {})
-        cursor = await self._run(sql, _convert_params(args))
-        count = int(cursor.rowcount)
-        await cursor.close()
-        return count
+
+        async def use(cursor: Any) -> int:
+            await cursor.execute(sql, _convert_params(args))
+            return int(cursor.rowcount)
+
+        return await self._cursor_call(use)
 
     async def execute_many(self, query: str, rows: Sequence[Params]) -> int:
         if not rows:
             return 0
-        name = self._queries[query]
-        sql = name.positional
-        args = [_convert_params(tuple(r[p] for p in name.params)) for r in rows]
-        cursor: Any = self._conn.cursor(DictCursor)
-        try:
-            await cursor.executemany(sql, args)
+        named = self._queries[query]
+        args = [_convert_params(tuple(r[p] for p in named.params)) for r in rows]
+
+        async def use(cursor: Any) -> int:
+            await cursor.executemany(named.positional, args)
             return int(cursor.rowcount)
-        except BaseException as exc:
-            translated = translate(exc)
-            if translated is exc:
-                raise
-            raise translated from exc
-        finally:
-            await cursor.close()
+
+        return await self._cursor_call(use)
 
     async def execute_script(self, statements: Sequence[str]) -> None:
         for statement in statements:
-            await self._run(statement, None)
+
+            async def use(cursor: Any, sql: str = statement) -> None:
+                await cursor.execute(sql)
+
+            await self._cursor_call(use)
 
 
 class MySQLDatabase(Database):
@@ -159,6 +186,7 @@ class MySQLDatabase(Database):
         pool_min: int = 1,
         pool_max: int = 10,
         connect_timeout_s: float = 5.0,
+        lock_wait_timeout_s: int = 5,
         retry: RetryPolicy | None = None,
     ) -> None:
         super().__init__(retry)
@@ -167,11 +195,14 @@ class MySQLDatabase(Database):
         self._pool_min = pool_min
         self._pool_max = pool_max
         self._connect_timeout_s = connect_timeout_s
+        self._lock_wait_timeout_s = lock_wait_timeout_s
         self._pool: Pool | None = None
         self._pool_lock = asyncio.Lock()
         self._closed = False
+        self._info: ServerInfo | None = None
+        self.isolation_variable = "transaction_isolation"
 
-    def connection_kwargs(self) -> dict[str, Any]:
+    def connection_kwargs(self, init_command: str | None = None) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "host": self.url.host,
             "port": self.url.port,
@@ -181,30 +212,74 @@ class MySQLDatabase(Database):
             "charset": "utf8mb4",
             "autocommit": False,
             "connect_timeout": max(1, round(self._connect_timeout_s)),
-            "init_command": "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
             # asyncmy sends ``SET sql_mode=<value>`` verbatim, so the value carries its quotes.
             "sql_mode": "'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,NO_ZERO_DATE'",
             "stmt_cache_size": 256,
         }
+        if init_command:
+            kwargs["init_command"] = init_command
         if self.url.unix_socket:
             kwargs["unix_socket"] = self.url.unix_socket
         return kwargs
 
+    def session_setup(self) -> str:
+        """One statement run on every pooled connection as it opens."""
+        return (
+            f"SET SESSION {self.isolation_variable} = 'READ-COMMITTED', "
+            f"SESSION innodb_lock_wait_timeout = {int(self._lock_wait_timeout_s)}"
+        )
+
+    async def open_connection(self) -> Connection:
+        """A connection outside the pool (probe, migration lock); errors are the seam's."""
+        try:
+            conn: Connection = await asyncmy.connect(**self.connection_kwargs())
+        except Exception as exc:
+            mapped = translate(exc)
+            if isinstance(mapped, DatabaseUnavailable):
+                raise mapped from exc
+            if isinstance(mapped, ConnectionLost) or isinstance(exc, my_errors.OperationalError):
+                raise DatabaseUnavailable(
+                    f"cannot connect to the database at {self.url.redacted()}"
+                ) from exc
+            raise
+        return conn
+
+    async def _probe(self) -> ServerInfo:
+        conn = await self.open_connection()
+        try:
+            version = await self._raw_fetch(conn, "server_version")
+            variables = await self._raw_fetch(conn, "server_variables")
+        finally:
+            conn.close()
+        found = {str(v[0]).lower(): str(v[1]) for v in variables}
+        info = evaluate_mysql_server(str(version[0][0]) if version else "", found)
+        self.isolation_variable = isolation_variable(info.version)
+        return info
+
+    async def _raw_fetch(self, conn: Connection, query: str) -> list[Any]:
+        sql, args = self.queries.bind(query, {})
+        async with conn.cursor() as cursor:
+            await translated(cursor.execute(sql, args))
+            rows: list[Any] = await cursor.fetchall()
+        return rows
+
     async def _ensure_pool(self) -> Pool:
         if self._pool is not None:
             return self._pool
-        if self._closed:
-            raise DatabaseUnavailable("the database connection is closed")
         async with self._pool_lock:
+            if self._closed:
+                raise DatabaseUnavailable("the database connection is closed")
+            if self._info is None:
+                self._info = await self._probe()
             if self._pool is None:
                 try:
                     self._pool = await asyncmy.create_pool(
                         minsize=self._pool_min,
                         maxsize=self._pool_max,
                         pool_recycle=3600,
-                        **self.connection_kwargs(),
+                        **self.connection_kwargs(self.session_setup()),
                     )
-                except BaseException as exc:
+                except Exception as exc:
                     if is_connection_error(exc) or isinstance(exc, my_errors.OperationalError):
                         raise ConnectionLost(type(exc).__name__) from exc
                     raise
@@ -217,33 +292,38 @@ class MySQLDatabase(Database):
             raise DatabaseUnavailable(
                 f"cannot connect to the database at {self.url.redacted()}"
             ) from exc
+        assert self._info is not None
+        return self._info
 
-        async def probe(tx: Any) -> ServerInfo:
-            row = await tx.fetch_one("server_version")
-            variables = await tx.fetch_all("server_variables")
-            found = {str(v["Variable_name"]).lower(): str(v["Value"]) for v in variables}
-            return evaluate_mysql_server(str(row["version"]) if row else "", found)
-
-        return await self.read(probe)
-
-    async def _run_once(self, unit: Unit[T], *, write: bool) -> T:
-        pool = await self._ensure_pool()
+    async def _acquire(self, pool: Pool) -> Connection:
         try:
-            conn: Connection = await pool.acquire()
-        except BaseException as exc:
+            async with asyncio.timeout(self._connect_timeout_s):
+                conn: Connection = await pool.acquire()
+        except TimeoutError as exc:
+            raise DatabaseUnavailable("no database connection became free in time") from exc
+        except Exception as exc:
             if is_connection_error(exc) or isinstance(exc, my_errors.OperationalError):
                 raise ConnectionLost(type(exc).__name__) from exc
             raise
+        return conn
+
+    async def _run_once(self, unit: Unit[T], *, write: bool) -> T:
+        pool = await self._ensure_pool()
+        conn = await self._acquire(pool)
         reusable = False
         try:
             try:
                 result = await unit(MySQLTx(conn, self.queries))
+            except asyncio.CancelledError:
+                raise  # mid-statement: the connection's state is unknown, it is closed below
             except BaseException:
                 reusable = await self._rollback(conn)
                 raise
             try:
                 await conn.commit()
-            except BaseException as exc:
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
                 raise CommitOutcomeUnknown() from exc
             reusable = True
             return result
@@ -256,8 +336,8 @@ class MySQLDatabase(Database):
     async def _rollback(conn: Connection) -> bool:
         """Roll back; answers whether the connection is fit to go back to the pool."""
         try:
-            await asyncio.shield(conn.rollback())
-        except BaseException:
+            await conn.rollback()
+        except Exception:
             return False
         return True
 
@@ -271,7 +351,8 @@ class MySQLDatabase(Database):
             await tx.fetch_one("ping")
 
         try:
-            await asyncio.wait_for(self.read(select_one), timeout=self._connect_timeout_s)
+            async with asyncio.timeout(self._connect_timeout_s):
+                await self.read(select_one)
         except TimeoutError as exc:
             raise DatabaseUnavailable("the database did not answer in time") from exc
 

@@ -20,17 +20,30 @@ _SKIP_LOCKED = {"mariadb": (10, 6, 0), "mysql": (8, 0, 1)}
 _SUPPORTED = {"mariadb": (10, 11, 0), "mysql": (8, 4, 0)}
 
 
+def server_version(version: str) -> tuple[str, tuple[int, int, int]]:
+    """("mariadb" | "mysql", (major, minor, patch)) of a ``VERSION()`` string."""
+    flavour = "mariadb" if "mariadb" in version.lower() else "mysql"
+    match = _VERSION.match(version)
+    if match is None:
+        raise UnsupportedServer(f"cannot read the database server version {version!r}")
+    return flavour, (int(match[1]), int(match[2]), int(match[3]))
+
+
+def isolation_variable(version: str) -> str:
+    """The session variable holding the isolation level (MariaDB before 11.1: tx_isolation)."""
+    flavour, found = server_version(version)
+    return (
+        "tx_isolation" if flavour == "mariadb" and found < (11, 1, 0) else "transaction_isolation"
+    )
+
+
 def evaluate_mysql_server(version: str, variables: Mapping[str, str]) -> ServerInfo:
     """Refuse servers that break Orbit's guarantees; warn on non-durable settings.
 
     ``variables`` maps lower-case global variable names to their values as the server prints
     them (``SHOW GLOBAL VARIABLES``); absent variables are treated as unset.
     """
-    flavour = "mariadb" if "mariadb" in version.lower() else "mysql"
-    match = _VERSION.match(version)
-    if match is None:
-        raise UnsupportedServer(f"cannot read the database server version {version!r}")
-    found = (int(match[1]), int(match[2]), int(match[3]))
+    flavour, found = server_version(version)
     name = "MariaDB" if flavour == "mariadb" else "MySQL"
     needed = _SKIP_LOCKED[flavour]
     if found < needed:

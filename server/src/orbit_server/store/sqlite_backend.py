@@ -38,6 +38,15 @@ from orbit_server.store.sql import QueryBook
 
 _TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 _BUSY = frozenset({"SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_BUSY_SNAPSHOT", "SQLITE_BUSY_RECOVERY"})
+# The file cannot serve for now (disk full, I/O error, read-only, unopenable, damaged).
+_UNAVAILABLE_PREFIXES = (
+    "SQLITE_FULL",
+    "SQLITE_IOERR",
+    "SQLITE_CANTOPEN",
+    "SQLITE_READONLY",
+    "SQLITE_CORRUPT",
+    "SQLITE_NOTADB",
+)
 
 
 class InstanceLocked(Exception):
@@ -64,6 +73,8 @@ def _translate(exc: sqlite3.Error) -> BaseException:
         return DuplicateKey(str(exc))
     if name in _BUSY:
         return TransientConflict(name)
+    if name.startswith(_UNAVAILABLE_PREFIXES):
+        return DatabaseUnavailable("the database file cannot be used right now")
     return exc
 
 
@@ -144,11 +155,13 @@ class SQLiteDatabase(Database):
         self._lock_fd: int | None = None
         self._unit_lock: asyncio.Lock | None = None
         self._busy = 0
+        self._closing = False
 
     async def connect(self) -> ServerInfo:
         if self._loop is not None:
             return evaluate_sqlite_version(sqlite3.sqlite_version)
         info = evaluate_sqlite_version(sqlite3.sqlite_version)
+        self._closing = False
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self._exclusive:
             self._lock_fd = acquire_file_lock(instance_lock_path(self.path))
@@ -185,15 +198,17 @@ class SQLiteDatabase(Database):
         self._unit_lock = asyncio.Lock()
 
     async def _call(self, factory: Any) -> Any:
-        if self._loop is None:
+        if self._loop is None or self._closing:
             raise DatabaseUnavailable("the database is closed")
         future = asyncio.run_coroutine_threadsafe(factory(), self._loop)
         return await asyncio.wrap_future(future)
 
     async def _run_once(self, unit: Unit[T], *, write: bool) -> T:
         async def in_thread() -> T:
-            assert self._conn is not None and self._unit_lock is not None
+            assert self._unit_lock is not None
             async with self._unit_lock:
+                if self._conn is None:  # closed while this unit waited its turn
+                    raise DatabaseUnavailable("the database is closed")
                 self._busy = 1
                 try:
                     return await self._transaction(self._conn, unit, write)
@@ -218,9 +233,13 @@ class SQLiteDatabase(Database):
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            if conn.in_transaction:
+            name = getattr(exc, "sqlite_errorname", "")
+            if conn.in_transaction:  # COMMIT refused (busy): still open, nothing written
                 conn.execute("ROLLBACK")
-            raise CommitOutcomeUnknown() from exc
+                raise TransientConflict(name) from exc
+            if name.startswith("SQLITE_IOERR"):  # the disk failed mid-write: do not guess
+                raise CommitOutcomeUnknown() from exc
+            raise DatabaseUnavailable() from exc
         return result
 
     def _exhausted(self, exc: Exception) -> Exception:
@@ -233,13 +252,20 @@ class SQLiteDatabase(Database):
         await self.read(select_one)
 
     async def close(self) -> None:
+        """Refuse new units, let the running one finish, fail those still waiting, then stop."""
+        self._closing = True
         loop, self._loop = self._loop, None
         if loop is not None:
 
             async def shut() -> None:
-                if self._conn is not None:
-                    self._conn.close()
-                    self._conn = None
+                if self._unit_lock is not None:
+                    async with self._unit_lock:
+                        self._close_connection()
+                else:
+                    self._close_connection()
+                current = asyncio.current_task()
+                waiting = [t for t in asyncio.all_tasks() if t is not current]
+                await asyncio.gather(*waiting, return_exceptions=True)
 
             await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(shut(), loop))
             loop.call_soon_threadsafe(loop.stop)
@@ -250,6 +276,11 @@ class SQLiteDatabase(Database):
             os.close(self._lock_fd)
             self._lock_fd = None
 
+    def _close_connection(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
     def pool_stats(self) -> tuple[int, int]:
         return self._busy, 1
 
@@ -258,12 +289,12 @@ def instance_lock_path(path: Path) -> Path:
     return path.with_name(path.name + ".lock")
 
 
-def acquire_file_lock(path: Path, *, wait: bool = False) -> int:
+def acquire_file_lock(path: Path) -> int:
     """An exclusive advisory lock held until the descriptor is closed (or the process dies)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         raise InstanceLocked(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from litestar import Response, get
+from litestar import Response, get, head
 
 from orbit_server.api.context import current_request_id
 from orbit_server.api.deps import NodeDep
@@ -15,6 +15,17 @@ from orbit_server.observability.metrics import CONTENT_TYPE
 @get("/healthz", summary="Liveness (no database access)", tags=["health"])
 async def healthz() -> Health:
     return Health(status="ok")
+
+
+@head("/healthz", summary="Liveness, headers only", tags=["health"])
+async def healthz_head() -> None:
+    return None
+
+
+@head("/readyz", summary="Readiness, headers only", tags=["health"])
+async def readyz_head(node: NodeDep) -> Response[None]:
+    readiness = await node.readiness.check()
+    return Response(None, status_code=200 if readiness.ready else 503)
 
 
 @get("/readyz", summary="Readiness: database reachable and schema current", tags=["health"])

@@ -19,10 +19,10 @@ INSERT INTO orbit_schema_migrations (version, name, checksum, applied_at)
 VALUES (:version, :name, :checksum, :applied_at)
 
 -- name: migration_lock_acquire
-SELECT GET_LOCK('orbit.migrate', :timeout_s) AS got
+SELECT GET_LOCK(CONCAT('orbit.migrate.', SHA1(DATABASE())), :timeout_s) AS got
 
 -- name: migration_lock_release
-SELECT RELEASE_LOCK('orbit.migrate') AS released
+SELECT RELEASE_LOCK(CONCAT('orbit.migrate.', SHA1(DATABASE()))) AS released
 
 -- name: schema_tables
 SELECT table_name AS name FROM information_schema.tables

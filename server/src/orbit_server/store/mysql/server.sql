@@ -8,8 +8,5 @@ SELECT VERSION() AS version
 SHOW GLOBAL VARIABLES WHERE Variable_name IN
   ('wsrep_on', 'binlog_format', 'log_bin', 'innodb_flush_log_at_trx_commit', 'sync_binlog')
 
--- name: session_isolation
-SELECT @@tx_isolation AS isolation
-
 -- name: connection_id
 SELECT CONNECTION_ID() AS id
