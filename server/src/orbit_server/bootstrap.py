@@ -28,6 +28,7 @@ def database_for(settings: Settings, *, exclusive: bool) -> Database:
         pool_min=settings.db_pool_min,
         pool_max=settings.db_pool_max,
         connect_timeout_s=settings.db_connect_timeout_ms / 1000,
+        unit_timeout_s=settings.db_unit_timeout_ms / 1000,
         exclusive=exclusive,
     )
 
@@ -49,10 +50,7 @@ async def build_node(
         status = await schema_status(db)
         if not status.current:
             await db.close()
-            raise SchemaNotCurrent(
-                f"the database schema is not current ({status.describe()}); "
-                "run `orbit migrate` against this database first"
-            )
+            raise SchemaNotCurrent(f"the database schema is not current: {status.describe()}")
     metrics = Metrics()
     for role in ServerRole:
         metrics.role_enabled.labels(str(role)).set(1 if settings.has_role(role) else 0)

@@ -61,6 +61,11 @@ class Settings:
     db_pool_min: int = _setting(1, "Connections a MySQL pool keeps open", minimum=0)
     db_pool_max: int = _setting(20, "Most connections a MySQL pool opens", minimum=1)
     db_connect_timeout_ms: int = _setting(5000, "Timeout to connect to the database", minimum=100)
+    db_unit_timeout_ms: int = _setting(
+        30_000,
+        "Longest one transaction may take before it is abandoned (the request answers 503)",
+        minimum=100,
+    )
     max_body_bytes: int = _setting(
         8 * 1024 * 1024, "Largest HTTP request body accepted (checked before parsing)", minimum=1024
     )

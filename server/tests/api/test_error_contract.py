@@ -154,3 +154,54 @@ def node_scope():  # type: ignore[no-untyped-def]
     from tests.conftest import SCOPE
 
     return SCOPE
+
+
+async def test_head_answers_health_probes(http: httpx2.AsyncClient) -> None:
+    assert (await http.head("/healthz")).status_code == 200
+    assert (await http.head("/readyz")).status_code == 200
+
+
+async def test_values_too_long_are_refused_alike_on_every_dialect(
+    http: httpx2.AsyncClient, node: Node
+) -> None:
+    key = await make_key(node)
+    too_long = await http.post(
+        "/v1/keys", json={"roles": ["worker"], "name": "n" * 201}, headers=bearer(key)
+    )
+    assert "name" in str(assert_error(too_long, 400, "invalid_request", "protocol")["message"])
+    long_queue = await http.post(
+        "/v1/keys", json={"roles": ["worker"], "queues": ["q" * 201]}, headers=bearer(key)
+    )
+    assert_error(long_queue, 400, "invalid_request", "protocol")
+
+
+async def test_a_missing_body_says_so(http: httpx2.AsyncClient, node: Node) -> None:
+    key = await make_key(node)
+    response = await http.post("/v1/keys", headers=bearer(key))
+    assert "JSON body" in str(assert_error(response, 400, "invalid_request", "protocol")["message"])
+
+
+async def test_failures_outside_the_router_still_get_the_envelope() -> None:
+    from orbit_server.api.middleware import OrbitHTTPMiddleware
+    from orbit_server.observability.metrics import Metrics
+
+    async def broken_app(scope: object, receive: object, send: object) -> None:
+        raise RuntimeError("SELECT secret FROM somewhere")
+
+    app = OrbitHTTPMiddleware(broken_app, metrics=Metrics(), max_body_bytes=1024)
+    async with httpx2.AsyncClient(
+        transport=httpx2.ASGITransport(app=app), base_url="http://orbit.test"
+    ) as client:
+        response = await client.get("/anything")
+    error = assert_error(response, 500, "internal", "transient")
+    assert error["retryable"] is False
+    assert "SELECT" not in response.text and "secret" not in response.text
+
+
+def test_unknown_outcomes_do_not_invite_a_blind_retry() -> None:
+    from orbit_server.api.errors import error_headers
+    from orbit_server.errors import CommitOutcomeUnknown, DatabaseUnavailable
+
+    assert CommitOutcomeUnknown().retryable is False
+    assert "Retry-After" not in error_headers(CommitOutcomeUnknown())
+    assert error_headers(DatabaseUnavailable())["Retry-After"] == "2"

@@ -35,7 +35,7 @@ def test_dev_announces_url_and_key_then_is_ready(tmp_path: Path) -> None:
             assert client.get("/readyz").status_code == 200
             me = client.get("/v1/whoami", headers={"Authorization": f"Bearer {key}"}).json()
         assert (me["tenant"], me["environment"]) == ("default", "dev")
-        assert me["roles"] == ["admin", "operator", "submitter", "worker"]
+        assert me["roles"] == ["submitter", "worker", "operator", "admin"]
         # A second server on the same SQLite file refuses to start.
         second = run_orbit("dev", "--data-dir", str(data_dir), "--port", "0", timeout=30)
         assert second.code != 0 and "another Orbit server" in second.stderr
@@ -161,3 +161,40 @@ def test_the_readme_run_command_works(tmp_path: Path) -> None:
             assert client.get("/readyz").status_code == 200
     finally:
         assert dev.stop() == 0
+
+
+def test_dev_ignores_a_database_url_in_the_environment(tmp_path: Path) -> None:
+    env = {"ORBIT_DATABASE_URL": "mysql://nobody@127.0.0.1:1/shared"}
+    dev = OrbitProcess(["dev", "--data-dir", str(tmp_path / "d"), "--port", "0"], env=env)
+    try:
+        url = dev.wait_for("ORBIT_URL")["ORBIT_URL"]
+        with httpx2.Client(base_url=url) as client:
+            assert client.get("/readyz").status_code == 200
+    finally:
+        assert dev.stop() == 0
+    assert (tmp_path / "d" / "orbit.db").exists()
+
+
+def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_orbit("dev", "--data-dir", str(tmp_path), "--port", str(port))
+    assert result.code == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_status_reads_url_and_key_from_the_environment(tmp_path: Path) -> None:
+    dev = OrbitProcess(["dev", "--data-dir", str(tmp_path / "d"), "--port", "0"])
+    try:
+        announced = dev.wait_for("ORBIT_URL", "ORBIT_API_KEY")
+        good = run_orbit("status", env=dict(announced))
+        bad = run_orbit("status", env={**announced, "ORBIT_API_KEY": "ok_nope"})
+    finally:
+        assert dev.stop() == 0
+    assert good.code == 0 and "ready" in good.stdout and "default/dev" in good.stdout
+    assert bad.code == 1 and "unauthenticated" in bad.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -15,11 +16,40 @@ from orbit_server.errors import CommitOutcomeUnknown, DatabaseUnavailable
 from orbit_server.scope import Scope
 from orbit_server.store import Database, RetryPolicy, Tx, open_database
 from orbit_server.store import governance as gov
-from orbit_server.store.base import TransientConflict
 from orbit_server.store.migrate import migrate
 from orbit_server.store.mysql_backend import MySQLDatabase
 from orbit_server.store.sqlite_backend import InstanceLocked, SQLiteDatabase
+from orbit_server.store.url import MySQLUrl, parse_database_url
 from tests.harness.mariadb import free_port
+from tests.store.test_governance_store import key
+from tests.support.databases import MySQLServerForTests
+
+
+def parse_mysql(url: str) -> MySQLUrl:
+    parsed = parse_database_url(url)
+    assert isinstance(parsed, MySQLUrl)
+    return parsed
+
+
+async def wait_for_lock_waiters(db: Database, count: int) -> None:
+    """Poll InnoDB until ``count`` transactions wait for a row lock (the server's own state)."""
+    assert isinstance(db, MySQLDatabase)
+    admin = await asyncmy.connect(**{**db.connection_kwargs(), "autocommit": True})
+    try:
+        async with asyncio.timeout(10):
+            while True:
+                async with admin.cursor() as cursor:
+                    await cursor.execute(
+                        "SELECT COUNT(*) FROM information_schema.INNODB_TRX"
+                        " WHERE trx_state = 'LOCK WAIT'"
+                    )
+                    row = await cursor.fetchone()
+                if row[0] >= count:
+                    return
+                # InnoDB refreshes this table's cache only after 100 ms without a read.
+                await asyncio.sleep(0.15)
+    finally:
+        admin.close()
 
 
 def mysql_only(db: Database, reason: str) -> None:
@@ -58,7 +88,7 @@ async def test_every_pooled_connection_reads_committed(db: Database) -> None:
 
     async def session(tx: Tx) -> tuple[str, int]:
         # The seam has no query for session variables; the test reads them directly.
-        async with tx._conn.cursor() as cursor:  # type: ignore[attr-defined]  # noqa: SLF001
+        async with tx._conn.cursor() as cursor:  # type: ignore[attr-defined]
             await cursor.execute(
                 f"SELECT @@SESSION.{db.isolation_variable}, @@SESSION.innodb_lock_wait_timeout"
             )
@@ -71,7 +101,6 @@ async def test_every_pooled_connection_reads_committed(db: Database) -> None:
 
 async def test_deadlocked_units_are_retried_whole(db: Database, clock: FakeClock) -> None:
     mysql_only(db, "SQLite has one writer at a time and cannot deadlock")
-    from tests.store.test_governance_store import key
 
     async def seed(tx: Tx) -> None:
         await gov.key_insert(tx, key("a", clock))
@@ -164,10 +193,146 @@ async def test_a_second_sqlite_server_on_one_file_is_refused(tmp_path: Path) -> 
 async def test_the_probe_reads_the_real_server(db: Database) -> None:
     info = await db.connect()
     assert info.dialect == db.dialect
-    if db.dialect == "mysql":
-        assert "mariadb" in info.version.lower() or info.version[0].isdigit()
+
+    async def version(tx: Tx) -> str:
+        row = await tx.fetch_one("server_version")
+        assert row is not None
+        return str(row["version"])
+
+    assert info.version == await db.read(version)
+    assert re.match(r"^\d+\.\d+\.\d+", info.version)
 
 
-async def test_transient_conflict_is_internal_to_the_seam() -> None:
-    # The retry vocabulary never leaks: exhausted conflicts become DatabaseUnavailable.
-    assert not issubclass(TransientConflict, DatabaseUnavailable)
+async def test_lock_wait_timeouts_are_retried_whole(
+    mysql_server: MySQLServerForTests, clock: FakeClock
+) -> None:
+    name = await mysql_server.create()
+    db = MySQLDatabase(parse_mysql(mysql_server.url_for(name)), lock_wait_timeout_s=1)
+    try:
+        await db.connect()
+        await migrate(db)
+        await db.run(lambda tx: gov.key_insert(tx, key("k", clock)))
+        holder_has_lock, waiter_attempts = asyncio.Event(), [0]
+        release = asyncio.Event()
+
+        async def holder(tx: Tx) -> None:
+            await gov.key_revoke(tx, "k", clock.now())
+            holder_has_lock.set()
+            await release.wait()
+
+        async def waiter(tx: Tx) -> bool:
+            waiter_attempts[0] += 1
+            if waiter_attempts[0] == 2:
+                release.set()  # the first attempt timed out (1205) and was retried
+            return await gov.key_revoke(tx, "k", clock.now())
+
+        holding = asyncio.create_task(db.run(holder))
+        await holder_has_lock.wait()
+        changed = await db.run(waiter)
+        await holding
+        assert waiter_attempts[0] >= 2
+        assert changed is False  # the holder's revoke committed first; the retry saw it
+    finally:
+        await db.close()
+        await mysql_server.drop(name)
+
+
+async def test_a_stale_pooled_connection_is_replaced_once(db: Database) -> None:
+    mysql_only(db, "SQLite has no server connections to lose")
+    assert isinstance(db, MySQLDatabase)
+
+    async def my_connection(tx: Tx) -> int:
+        row = await tx.fetch_one("connection_id")
+        assert row is not None
+        return int(row["id"])
+
+    first = await db.read(my_connection)
+    admin = await asyncmy.connect(**{**db.connection_kwargs(), "autocommit": True})
+    try:
+        async with admin.cursor() as cursor:
+            await cursor.execute(f"KILL {first}")
+    finally:
+        admin.close()
+    second = await db.read(my_connection)  # the pooled connection was dead: one retry
+    assert second != first
+
+
+async def test_cancelling_a_blocked_unit_propagates_and_keeps_the_pool_healthy(
+    db: Database, clock: FakeClock
+) -> None:
+    mysql_only(db, "SQLite units run to completion on their thread; nothing blocks mid-unit")
+    await db.run(lambda tx: gov.key_insert(tx, key("k", clock)))
+    locked, release = asyncio.Event(), asyncio.Event()
+
+    async def holder(tx: Tx) -> None:
+        await gov.key_revoke(tx, "k", clock.now())
+        locked.set()
+        await release.wait()
+
+    async def blocked(tx: Tx) -> None:
+        await gov.key_revoke(tx, "k", clock.now())
+
+    holding = asyncio.create_task(db.run(holder))
+    try:
+        await locked.wait()
+        victim = asyncio.create_task(db.run(blocked))
+        await wait_for_lock_waiters(db, 1)
+        victim.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await victim
+    finally:
+        release.set()
+        await holding
+    found = await db.read(lambda tx: gov.key_get(tx, "k"))
+    assert found is not None and found.revoked_at is not None
+    assert await environments(db) == []  # the pool still serves units
+
+
+async def test_closing_sqlite_finishes_accepted_units_then_refuses(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    db = SQLiteDatabase(tmp_path / "orbit.db")
+    await db.connect()
+    await migrate(db)
+
+    async def slow(tx: Tx) -> None:
+        await gov.tenant_ensure(tx, "acme", clock.now())
+        await asyncio.sleep(0.01)  # yields on the database thread: later units queue up
+
+    units = [asyncio.create_task(db.run(slow)) for _ in range(10)]
+    await asyncio.sleep(0)
+    await db.close()
+    results = await asyncio.gather(*units, return_exceptions=True)
+    assert results == [None] * 10  # units handed over before close() ran to completion
+    with pytest.raises(DatabaseUnavailable):
+        await db.run(slow)
+
+
+async def test_an_overrunning_unit_is_abandoned_with_503(
+    mysql_server: MySQLServerForTests, clock: FakeClock
+) -> None:
+    name = await mysql_server.create()
+    db = MySQLDatabase(parse_mysql(mysql_server.url_for(name)), unit_timeout_s=0.5)
+    try:
+        await db.connect()
+        await migrate(db)
+        await db.run(lambda tx: gov.key_insert(tx, key("k", clock)))
+        locked, release = asyncio.Event(), asyncio.Event()
+
+        async def holder(tx: Tx) -> None:
+            await gov.key_revoke(tx, "k", clock.now())
+            locked.set()
+            await release.wait()
+
+        holding = asyncio.create_task(db.run(holder, timeout_s=30))
+        try:
+            await locked.wait()
+            with pytest.raises(DatabaseUnavailable, match="in time"):
+                await db.run(lambda tx: gov.key_revoke(tx, "k", clock.now()))
+        finally:
+            release.set()
+            await holding
+        assert await db.read(gov.environment_list) == []  # the pool is healthy afterwards
+    finally:
+        await db.close()
+        await mysql_server.drop(name)

@@ -30,6 +30,24 @@ def key(key_id: str, clock: FakeClock, scope: Scope = SCOPE, **overrides: object
     return ApiKeyRecord(**fields)  # type: ignore[arg-type]
 
 
+async def test_execute_many_inserts_every_row(db: Database, clock: FakeClock) -> None:
+    rows = [{"name": f"t{i}", "created_at": clock.now()} for i in range(3)]
+
+    async def unit(tx: Tx) -> int:
+        changed = await tx.execute_many("tenant_insert", rows)
+        await gov.environment_ensure(tx, Scope("t1", "prod"), clock.now())
+        return changed
+
+    assert await db.run(unit) == 3
+    assert await db.read(gov.environment_list) == [Scope("t1", "prod")]
+
+    async def duplicate(tx: Tx) -> int:
+        return await tx.execute_many("tenant_insert", rows[:1])
+
+    with pytest.raises(gov.DuplicateKey):
+        await db.run(duplicate)
+
+
 @pytest.mark.covers("tenant_ensure", "environment_ensure", "environment_list")
 async def test_tenant_and_environment_are_created_once(db: Database, clock: FakeClock) -> None:
     async def unit(tx: Tx) -> tuple[bool, bool, bool, bool]:

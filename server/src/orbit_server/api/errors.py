@@ -52,7 +52,7 @@ def error_body(error: errors.OrbitError, request_id: str | None) -> dict[str, An
 
 def error_headers(error: errors.OrbitError) -> dict[str, str]:
     headers = {}
-    if isinstance(error, errors.TransientError):
+    if isinstance(error, errors.TransientError) and error.retryable:
         headers["Retry-After"] = str(error.retry_after_s)
     if isinstance(error, errors.MethodNotAllowed) and "allow" in error.details:
         headers["Allow"] = ", ".join(error.details["allow"])
@@ -99,6 +99,9 @@ def _validation_message(exc: ValidationException) -> str:
             continue
         message = str(item["message"])
         key = str(item.get("key") or "")
+        if message == "'data'":  # Litestar's word for a missing body
+            parts.append("the request needs a JSON body")
+            continue
         source = str(item.get("source") or "").lower()
         where = (
             "query parameter" if "query" in source else "path parameter" if "path" in source else ""

@@ -167,10 +167,28 @@ def openapi(
         output.write_text(text)
 
 
-@app.command("config")
+@app.command()
+def status(
+    url: Annotated[
+        str | None, typer.Option("--url", envvar="ORBIT_URL", help="Server URL [ORBIT_URL]")
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option("--api-key", envvar="ORBIT_API_KEY", help="Key to check [ORBIT_API_KEY]"),
+    ] = None,
+) -> None:
+    """Ask a running server whether it is ready, and whose the API key is."""
+    from orbit_server.cli.status import show_status
+
+    if not url:
+        raise fail("no server: set ORBIT_URL or pass --url")
+    raise typer.Exit(show_status(url, api_key))
+
+
+@app.command("config", context_settings=EXTRA)
 def show_config(ctx: typer.Context) -> None:
-    """Validate the configuration and print it (secrets masked)."""
-    settings = load_settings({})
+    """Validate the configuration (environment and flags) and print it, secrets masked."""
+    settings = load_settings(parse_extra_flags(ctx.args))
     typer.echo(json.dumps(settings.public_dict(), indent=2, default=str))
 
 

@@ -137,8 +137,13 @@ async def serve(node: Node, *, announce_key: str | None = None) -> int:
     )
     server = _Server(config)
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        node.readiness.draining = True  # /readyz turns 503 while in-flight requests finish
+        server.request_exit()
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, server.request_exit)
+        loop.add_signal_handler(signum, on_signal)
     await node.start()
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:

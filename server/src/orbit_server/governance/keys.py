@@ -75,6 +75,20 @@ def parse_token(token: str) -> tuple[str, str] | None:
 
 
 _KEY_ID = re.compile(r"^[0-9a-z]{26}$")
+MAX_KEY_NAME = 200
+MAX_QUEUE_NAME = 200
+MAX_KEY_QUEUES = 100
+
+
+def check_key_fields(name: str | None, queues: tuple[str, ...] | None) -> None:
+    """Raise ValueError unless a key's label and queue list fit what the store keeps."""
+    if name is not None and len(name) > MAX_KEY_NAME:
+        raise ValueError(f"a key name has at most {MAX_KEY_NAME} characters")
+    if queues is not None:
+        if len(queues) > MAX_KEY_QUEUES:
+            raise ValueError(f"a key names at most {MAX_KEY_QUEUES} queues")
+        if any(not q.strip() or len(q) > MAX_QUEUE_NAME for q in queues):
+            raise ValueError(f"queue names have 1 to {MAX_QUEUE_NAME} characters")
 
 
 def is_key_id(value: str) -> bool:

@@ -6,10 +6,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from orbit_server.clock import Clock
-from orbit_server.errors import NotFound, Unauthenticated
+from orbit_server.errors import InvalidRequest, NotFound, Unauthenticated
 from orbit_server.governance.keys import (
     Principal,
     Role,
+    check_key_fields,
     generate_key,
     is_key_id,
     parse_token,
@@ -83,6 +84,10 @@ class KeyService:
         queues: tuple[str, ...] | None = None,
         name: str | None = None,
     ) -> CreatedKey:
+        try:
+            check_key_fields(name, queues)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
         new = generate_key()
         now = self._clock.now()
         record = ApiKeyRecord(

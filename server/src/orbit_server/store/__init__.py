@@ -21,6 +21,7 @@ def open_database(
     pool_max: int = 10,
     connect_timeout_s: float = 5.0,
     exclusive: bool = False,
+    unit_timeout_s: float = 30.0,
     retry: RetryPolicy | None = None,
 ) -> Database:
     """Build (not connect) the backend for ``url``; call ``await db.connect()`` next.
@@ -37,6 +38,7 @@ def open_database(
             pool_min=pool_min,
             pool_max=pool_max,
             connect_timeout_s=connect_timeout_s,
+            unit_timeout_s=unit_timeout_s,
             retry=retry,
         )
     from orbit_server.store.sqlite_backend import SQLiteDatabase

@@ -92,16 +92,22 @@ class Database(abc.ABC):
     dialect: Dialect
     queries: QueryBook
 
-    def __init__(self, retry: RetryPolicy | None = None) -> None:
+    def __init__(self, retry: RetryPolicy | None = None, unit_timeout_s: float = 30.0) -> None:
         self.retry = retry or RetryPolicy()
+        self.unit_timeout_s = unit_timeout_s
 
-    async def run(self, unit: Unit[T], *, write: bool = True) -> T:
-        """Run ``unit`` in one transaction and commit; retry it whole on transient conflicts."""
+    async def run(self, unit: Unit[T], *, write: bool = True, timeout_s: float | None = None) -> T:
+        """Run ``unit`` in one transaction and commit; retry it whole on transient conflicts.
+
+        ``timeout_s`` bounds each attempt (default: the backend's unit timeout); a unit that
+        overruns is abandoned and rolled back (503), a COMMIT that overruns is an unknown outcome.
+        """
+        limit_s = self.unit_timeout_s if timeout_s is None else timeout_s
         attempt = 0
         while True:
             attempt += 1
             try:
-                return await self._run_once(unit, write=write)
+                return await self._run_once(unit, write=write, timeout_s=limit_s)
             except (TransientConflict, ConnectionLost) as exc:
                 # A lost connection is retried once (a pooled connection may have gone stale
                 # while the server restarted); a second loss means the server is down, and
@@ -116,7 +122,7 @@ class Database(abc.ABC):
         return self.run(unit, write=False)
 
     @abc.abstractmethod
-    async def _run_once(self, unit: Unit[T], *, write: bool) -> T: ...
+    async def _run_once(self, unit: Unit[T], *, write: bool, timeout_s: float) -> T: ...
 
     @abc.abstractmethod
     def _exhausted(self, exc: Exception) -> Exception:

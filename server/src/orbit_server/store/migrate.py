@@ -69,9 +69,12 @@ class SchemaStatus:
     def describe(self) -> str:
         if self.mismatched:
             versions = ", ".join(f"{v:04d}" for v in self.mismatched)
-            return f"applied migrations {versions} differ from this release's files"
+            return (
+                f"applied migrations {versions} differ from this release's files; "
+                "is this the release that migrated this database?"
+            )
         if self.pending:
-            return f"{len(self.pending)} migration(s) not applied; run `orbit migrate`"
+            return f"{len(self.pending)} migration(s) not applied; run `orbit migrate` first"
         return "schema is current"
 
 
@@ -187,7 +190,9 @@ async def migrate(db: Database, clock: Clock | None = None) -> list[Migration]:
     async with migration_lock(db):
 
         async def create_table(tx: Tx) -> None:
-            await tx.execute("migrations_table_create")
+            exists = await tx.fetch_one("migrations_table_exists")
+            if not exists or not int(exists["n"]):
+                await tx.execute("migrations_table_create")
 
         await db.run(create_table)
         status = await schema_status(db)
@@ -207,5 +212,5 @@ async def migrate(db: Database, clock: Clock | None = None) -> list[Migration]:
                     },
                 )
 
-            await db.run(apply)
+            await db.run(apply, timeout_s=24 * 3600)
         return list(status.pending)

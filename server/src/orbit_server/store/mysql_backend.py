@@ -187,9 +187,10 @@ class MySQLDatabase(Database):
         pool_max: int = 10,
         connect_timeout_s: float = 5.0,
         lock_wait_timeout_s: int = 5,
+        unit_timeout_s: float = 30.0,
         retry: RetryPolicy | None = None,
     ) -> None:
-        super().__init__(retry)
+        super().__init__(retry, unit_timeout_s)
         self.url = url
         self.queries = QueryBook.load("mysql")
         self._pool_min = pool_min
@@ -307,23 +308,27 @@ class MySQLDatabase(Database):
             raise
         return conn
 
-    async def _run_once(self, unit: Unit[T], *, write: bool) -> T:
+    async def _run_once(self, unit: Unit[T], *, write: bool, timeout_s: float) -> T:
         pool = await self._ensure_pool()
         conn = await self._acquire(pool)
         reusable = False
         try:
             try:
-                result = await unit(MySQLTx(conn, self.queries))
+                async with asyncio.timeout(timeout_s):
+                    result = await unit(MySQLTx(conn, self.queries))
             except asyncio.CancelledError:
                 raise  # mid-statement: the connection's state is unknown, it is closed below
+            except TimeoutError as exc:
+                raise DatabaseUnavailable("the database did not answer in time") from exc
             except BaseException:
                 reusable = await self._rollback(conn)
                 raise
             try:
-                await conn.commit()
+                async with asyncio.timeout(timeout_s):
+                    await conn.commit()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # includes the timeout: the COMMIT may have landed
                 raise CommitOutcomeUnknown() from exc
             reusable = True
             return result
@@ -361,7 +366,11 @@ class MySQLDatabase(Database):
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
-            await pool.wait_closed()
+            try:
+                async with asyncio.timeout(self.unit_timeout_s):
+                    await pool.wait_closed()  # connections still in use come back first
+            except TimeoutError:
+                pool.terminate()
 
     def pool_stats(self) -> tuple[int, int]:
         if self._pool is None:

@@ -203,7 +203,10 @@ class SQLiteDatabase(Database):
         future = asyncio.run_coroutine_threadsafe(factory(), self._loop)
         return await asyncio.wrap_future(future)
 
-    async def _run_once(self, unit: Unit[T], *, write: bool) -> T:
+    async def _run_once(self, unit: Unit[T], *, write: bool, timeout_s: float) -> T:
+        # A local file cannot stall like a network peer; busy_timeout bounds lock waits.
+        del timeout_s
+
         async def in_thread() -> T:
             assert self._unit_lock is not None
             async with self._unit_lock:

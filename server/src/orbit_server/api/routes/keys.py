@@ -12,7 +12,7 @@ from orbit_server.api.deps import NodeDep, PrincipalDep
 from orbit_server.api.pagination import decode_cursor, next_cursor, page_limit
 from orbit_server.api.wire import ApiKey, ApiKeyList, CreatedApiKey, KeyCreate, WhoAmI
 from orbit_server.errors import InvalidRequest
-from orbit_server.governance.keys import Principal, Role, parse_roles
+from orbit_server.governance.keys import ALL_ROLES, Principal, Role, parse_roles
 from orbit_server.governance.service import Actor
 
 
@@ -26,7 +26,7 @@ async def whoami(principal: PrincipalDep) -> WhoAmI:
         key_id=principal.key_id,
         tenant=principal.scope.tenant,
         environment=principal.scope.environment,
-        roles=sorted(str(r) for r in principal.roles),
+        roles=[str(r) for r in ALL_ROLES if r in principal.roles],
         queues=None if principal.queues is None else sorted(principal.queues),
     )
 
@@ -40,8 +40,6 @@ async def create_key(
         roles = parse_roles(data.roles)
     except ValueError as exc:
         raise InvalidRequest(str(exc)) from None
-    if data.queues is not None and not all(q.strip() for q in data.queues):
-        raise InvalidRequest("queue names must not be empty")
     created = await node.keys.create(
         principal.scope,
         roles,
