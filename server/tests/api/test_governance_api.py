@@ -68,6 +68,8 @@ async def test_another_scopes_objects_answer_404_like_missing_ones(
         assert_error(read, 404, "not_found", "protocol")
         assert_error(missing, 404, "not_found", "protocol")
         assert read.json()["error"]["message"] == missing.json()["error"]["message"]
+        padded = await http.get(f"/v1/keys/{foreign_id}%20", headers=bearer(admin))
+        assert_error(padded, 404, "not_found", "protocol")  # no collation tricks
         revoke = await http.post(f"/v1/keys/{foreign_id}/revoke", headers=bearer(admin))
         assert_error(revoke, 404, "not_found", "protocol")
         # ...and the foreign key still works: nothing was changed across the boundary.

@@ -81,3 +81,21 @@ async def test_build_node_refuses_a_schema_that_is_not_current(empty_db: Databas
 
     with pytest.raises(SchemaNotCurrent, match="orbit migrate"):
         await build_node(Settings.load(environ={}), db=empty_db)
+
+
+async def test_a_crashed_background_loop_makes_the_node_not_ready(
+    http: httpx2.AsyncClient, node: Node
+) -> None:
+    from orbit_server.config import ServerRole
+
+    async def broken_loop() -> None:
+        raise RuntimeError("loop bug")
+
+    node.supervisor.register(ServerRole.DISPATCH, "dispatch-test", broken_loop)
+    await node.start()
+    await node.supervisor.failure.wait()
+    response = await http.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["checks"] == {"loops": "failed"}
+    assert "dispatch-test" in response.json()["error"]["message"]
+    await node.supervisor.stop()

@@ -34,6 +34,7 @@ class Supervisor:
         self._specs: list[LoopSpec] = []
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.failed: list[str] = []
+        self.failure = asyncio.Event()  # set when any loop has crashed
 
     def register(self, role: ServerRole, name: str, run: LoopFactory) -> None:
         """Add a loop; it runs only if its role is enabled on this instance."""
@@ -46,18 +47,18 @@ class Supervisor:
 
     async def start(self) -> None:
         for spec in self._specs:
-            task = asyncio.create_task(spec.run(), name=f"orbit:{spec.name}")
-            task.add_done_callback(self._on_done)
-            self._tasks[spec.name] = task
+            self._tasks[spec.name] = asyncio.create_task(
+                self._guarded(spec), name=f"orbit:{spec.name}"
+            )
         log.info("roles started", roles=sorted(str(r) for r in self.enabled), loops=self.loops)
 
-    def _on_done(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None:
-            self.failed.append(task.get_name())
-            log.error("background loop crashed", loop=task.get_name(), exc_info=exc)
+    async def _guarded(self, spec: LoopSpec) -> None:
+        try:
+            await spec.run()
+        except Exception as exc:
+            self.failed.append(spec.name)
+            self.failure.set()
+            log.error("background loop crashed", loop=spec.name, exc_info=exc)
 
     async def stop(self) -> None:
         tasks = list(self._tasks.values())
