@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import asyncmy
 import pytest
@@ -25,10 +27,23 @@ from tests.store.test_governance_store import key
 from tests.support.databases import MySQLServerForTests
 
 
-def parse_mysql(url: str) -> MySQLUrl:
-    parsed = parse_database_url(url)
+@contextlib.asynccontextmanager
+async def tuned_mysql(
+    server: MySQLServerForTests, clock: FakeClock, **options: Any
+) -> AsyncIterator[MySQLDatabase]:
+    """A migrated MariaDB database with backend options of the test's own, holding key "k"."""
+    name = await server.create()
+    parsed = parse_database_url(server.url_for(name))
     assert isinstance(parsed, MySQLUrl)
-    return parsed
+    db = MySQLDatabase(parsed, **options)
+    try:
+        await db.connect()
+        await migrate(db)
+        await db.run(lambda tx: gov.key_insert(tx, key("k", clock)))
+        yield db
+    finally:
+        await db.close()
+        await server.drop(name)
 
 
 async def wait_for_lock_waiters(db: Database, count: int) -> None:
@@ -206,12 +221,7 @@ async def test_the_probe_reads_the_real_server(db: Database) -> None:
 async def test_lock_wait_timeouts_are_retried_whole(
     mysql_server: MySQLServerForTests, clock: FakeClock
 ) -> None:
-    name = await mysql_server.create()
-    db = MySQLDatabase(parse_mysql(mysql_server.url_for(name)), lock_wait_timeout_s=1)
-    try:
-        await db.connect()
-        await migrate(db)
-        await db.run(lambda tx: gov.key_insert(tx, key("k", clock)))
+    async with tuned_mysql(mysql_server, clock, lock_wait_timeout_s=1) as db:
         holder_has_lock, waiter_attempts = asyncio.Event(), [0]
         release = asyncio.Event()
 
@@ -232,9 +242,6 @@ async def test_lock_wait_timeouts_are_retried_whole(
         await holding
         assert waiter_attempts[0] >= 2
         assert changed is False  # the holder's revoke committed first; the retry saw it
-    finally:
-        await db.close()
-        await mysql_server.drop(name)
 
 
 async def test_a_stale_pooled_connection_is_replaced_once(db: Database) -> None:
@@ -311,12 +318,7 @@ async def test_closing_sqlite_finishes_accepted_units_then_refuses(
 async def test_an_overrunning_unit_is_abandoned_with_503(
     mysql_server: MySQLServerForTests, clock: FakeClock
 ) -> None:
-    name = await mysql_server.create()
-    db = MySQLDatabase(parse_mysql(mysql_server.url_for(name)), unit_timeout_s=0.5)
-    try:
-        await db.connect()
-        await migrate(db)
-        await db.run(lambda tx: gov.key_insert(tx, key("k", clock)))
+    async with tuned_mysql(mysql_server, clock, unit_timeout_s=0.5) as db:
         locked, release = asyncio.Event(), asyncio.Event()
 
         async def holder(tx: Tx) -> None:
@@ -333,6 +335,3 @@ async def test_an_overrunning_unit_is_abandoned_with_503(
             release.set()
             await holding
         assert await db.read(gov.environment_list) == []  # the pool is healthy afterwards
-    finally:
-        await db.close()
-        await mysql_server.drop(name)
