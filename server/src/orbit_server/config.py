@@ -79,6 +79,9 @@ class Settings:
     max_task_timeout_ms: int = _setting(
         86_400_000, "Largest run-time limit a task may ask for", minimum=1000
     )
+    node_max_leases: int = _setting(
+        10_000, "Most tasks one node holds leased or running across all its workers", minimum=1
+    )
     worker_max_capacity: int = _setting(
         1000, "Most concurrent tasks one worker connection may take", minimum=1
     )
@@ -158,6 +161,12 @@ class Settings:
             fail(
                 "task_timeout_ms",
                 f"must not exceed ORBIT_MAX_TASK_TIMEOUT_MS ({self.max_task_timeout_ms})",
+            )
+        if self.worker_max_capacity > self.node_max_leases:
+            fail(
+                "worker_max_capacity",
+                f"must not exceed ORBIT_NODE_MAX_LEASES ({self.node_max_leases}): one worker "
+                "cannot take more than its node may hold",
             )
         if self.handshake_timeout_ms > self.lease_ms:
             fail("handshake_timeout_ms", f"must not exceed ORBIT_LEASE_MS ({self.lease_ms})")

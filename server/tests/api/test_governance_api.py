@@ -119,3 +119,19 @@ async def test_control_operations_are_audited(http: httpx2.AsyncClient, node: No
     foreign_admin = await make_key(node, OTHER_TENANT, Role.ADMIN)
     foreign = (await http.get("/v1/audit", headers=bearer(foreign_admin))).json()["items"]
     assert new_id not in {e["target_id"] for e in foreign}
+
+
+async def test_queue_lists_belong_to_worker_keys_only(http: httpx2.AsyncClient, node: Node) -> None:
+    admin = await make_key(node)
+    not_worker = await http.post(
+        "/v1/keys", json={"roles": ["operator"], "queues": ["q"]}, headers=bearer(admin)
+    )
+    assert "worker" in str(assert_error(not_worker, 400, "invalid_request", "protocol")["message"])
+    empty = await http.post(
+        "/v1/keys", json={"roles": ["worker"], "queues": []}, headers=bearer(admin)
+    )
+    assert_error(empty, 400, "invalid_request", "protocol")
+    deduped = await http.post(
+        "/v1/keys", json={"roles": ["worker"], "queues": ["b", "a", "b"]}, headers=bearer(admin)
+    )
+    assert deduped.json()["key"]["queues"] == ["b", "a"]

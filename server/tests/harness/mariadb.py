@@ -210,6 +210,41 @@ def _default_parent_dir() -> Path | None:
     return shm
 
 
+_OWNER_FILE = "owner.pid"
+_ABANDONED_AFTER_S = 3600
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_abandoned_dirs(parent: Path) -> None:
+    """Delete data directories left by test runs that were killed (their owner is gone and
+    so is their server), so tmpfs does not fill up across runs."""
+    for candidate in parent.glob("orbit-mariadb-*"):
+        if not candidate.is_dir():
+            continue
+        owner = candidate / _OWNER_FILE
+        server_pid = candidate / "data" / "mysqld.pid"
+        try:
+            if owner.exists():
+                abandoned = not _alive(int(owner.read_text().strip() or 0))
+            else:  # a directory from before owner files: judge by age
+                abandoned = time.time() - candidate.stat().st_mtime > _ABANDONED_AFTER_S
+            if abandoned and server_pid.exists():
+                abandoned = not _alive(int(server_pid.read_text().strip() or 0))
+        except (OSError, ValueError):
+            continue
+        if abandoned:
+            shutil.rmtree(candidate, ignore_errors=True)
+
+
 def _quote_identifier(name: str) -> str:
     if not name or "\x00" in name:
         raise ValueError(f"invalid database name: {name!r}")
@@ -364,7 +399,9 @@ class MariaDBServer:
         parent = self._base_dir if self._base_dir is not None else _default_parent_dir()
         if parent is not None:
             parent.mkdir(parents=True, exist_ok=True)
+        _remove_abandoned_dirs(Path(parent) if parent is not None else Path(tempfile.gettempdir()))
         self._root = Path(tempfile.mkdtemp(prefix="orbit-mariadb-", dir=parent))
+        (self._root / _OWNER_FILE).write_text(str(os.getpid()))
         if not self._atexit_registered:
             atexit.register(self._at_exit)
             self._atexit_registered = True

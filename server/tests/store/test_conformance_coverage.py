@@ -6,18 +6,21 @@ import importlib
 import inspect
 import pkgutil
 
+import orbit_server.store as store_package
 import tests.store as store_tests
-from orbit_server.store import governance
-
-# Aggregate modules whose public async functions form the store's method set.
-STORE_MODULES = [governance]
 
 
 def store_methods() -> set[str]:
+    """Every public async function of the store package whose first parameter is ``tx``: the
+    per-aggregate store methods, found wherever they are added."""
     names = set()
-    for module in STORE_MODULES:
+    for info in pkgutil.iter_modules(store_package.__path__):
+        module = importlib.import_module(f"orbit_server.store.{info.name}")
         for name, fn in inspect.getmembers(module, inspect.iscoroutinefunction):
-            if not name.startswith("_") and fn.__module__ == module.__name__:
+            if name.startswith("_") or fn.__module__ != module.__name__:
+                continue
+            params = list(inspect.signature(fn).parameters)
+            if params and params[0] == "tx":
                 names.add(name)
     return names
 

@@ -41,6 +41,7 @@ def test_settings_are_frozen() -> None:
         ),
         ({"ORBIT_RESULT_RETENTION_MS": "100000000"}, "ORBIT_RESULT_RETENTION_MS"),
         ({"ORBIT_DB_POOL_MIN": "30"}, "ORBIT_DB_POOL_MIN"),
+        ({"ORBIT_WORKER_MAX_CAPACITY": "20000"}, "ORBIT_WORKER_MAX_CAPACITY"),
         ({"ORBIT_ROLES": "api,telepathy"}, "ORBIT_ROLES"),
         ({"ORBIT_ROLES": ""}, "ORBIT_ROLES"),
         ({"ORBIT_LOG_FORMAT": "xml"}, "ORBIT_LOG_FORMAT"),

@@ -75,3 +75,12 @@ def test_secrets_are_redacted_from_log_events() -> None:
 def test_ids_of_one_process_are_strictly_increasing() -> None:
     ids = [new_id() for _ in range(5000)]
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
+
+
+def test_printed_urls_use_a_reachable_host() -> None:
+    from orbit_server.cli.serve import public_host
+
+    assert public_host("0.0.0.0") == "127.0.0.1"
+    assert public_host("::") == "[::1]"
+    assert public_host("::1") == "[::1]"
+    assert public_host("10.0.0.5") == "10.0.0.5"

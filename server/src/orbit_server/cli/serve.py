@@ -101,6 +101,15 @@ class _Server(uvicorn.Server):
         self.should_exit = True
 
 
+def public_host(bound: str) -> str:
+    """The host to print in ORBIT_URL: loopback for wildcard binds, IPv6 in brackets."""
+    if bound in ("0.0.0.0", ""):  # noqa: S104
+        return "127.0.0.1"
+    if bound == "::":
+        return "[::1]"
+    return f"[{bound}]" if ":" in bound else bound
+
+
 def bind_listener(host: str, port: int) -> socket.socket:
     """Bind the listening socket up front, so a taken port is a clear error, not a crash."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -152,7 +161,7 @@ async def serve(node: Node, *, announce_key: str | None = None) -> int:
         listening.cancel()
         if server.started:
             port = sock.getsockname()[1]
-            host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host  # noqa: S104
+            host = public_host(settings.host)
             print(f"ORBIT_URL=http://{host}:{port}", flush=True)
             if announce_key is not None:
                 print(f"ORBIT_API_KEY={announce_key}", flush=True)

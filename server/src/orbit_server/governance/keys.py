@@ -80,15 +80,26 @@ MAX_QUEUE_NAME = 200
 MAX_KEY_QUEUES = 100
 
 
-def check_key_fields(name: str | None, queues: tuple[str, ...] | None) -> None:
-    """Raise ValueError unless a key's label and queue list fit what the store keeps."""
+def check_key_fields(
+    roles: tuple[Role, ...], name: str | None, queues: tuple[str, ...] | None
+) -> tuple[str, ...] | None:
+    """Validate a key's label and queue list; answers the queues without duplicates.
+
+    Queues restrict what a *worker* key may work on; ``None`` means every queue.
+    """
     if name is not None and len(name) > MAX_KEY_NAME:
         raise ValueError(f"a key name has at most {MAX_KEY_NAME} characters")
-    if queues is not None:
-        if len(queues) > MAX_KEY_QUEUES:
-            raise ValueError(f"a key names at most {MAX_KEY_QUEUES} queues")
-        if any(not q.strip() or len(q) > MAX_QUEUE_NAME for q in queues):
-            raise ValueError(f"queue names have 1 to {MAX_QUEUE_NAME} characters")
+    if queues is None:
+        return None
+    if Role.WORKER not in roles:
+        raise ValueError("queues restrict worker keys; give the key the worker role or no queues")
+    if not queues:
+        raise ValueError("name at least one queue, or leave queues out for every queue")
+    if len(queues) > MAX_KEY_QUEUES:
+        raise ValueError(f"a key names at most {MAX_KEY_QUEUES} queues")
+    if any(not q.strip() or len(q) > MAX_QUEUE_NAME for q in queues):
+        raise ValueError(f"queue names have 1 to {MAX_QUEUE_NAME} characters")
+    return tuple(dict.fromkeys(queues))
 
 
 def is_key_id(value: str) -> bool:

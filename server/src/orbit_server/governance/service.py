@@ -85,7 +85,7 @@ class KeyService:
         name: str | None = None,
     ) -> CreatedKey:
         try:
-            check_key_fields(name, queues)
+            queues = check_key_fields(roles, name, queues)
         except ValueError as exc:
             raise InvalidRequest(str(exc)) from None
         new = generate_key()
