@@ -9,6 +9,8 @@ from orbit_server.clock import Clock, SystemClock
 from orbit_server.config import ServerRole, Settings
 from orbit_server.governance.service import AuditService, AuditWriter, KeyService
 from orbit_server.observability.metrics import Metrics
+from orbit_server.pulse.service import QueueService, TaskService
+from orbit_server.pulse.watch import TaskWatch
 from orbit_server.runtime.health import ReadinessProbe
 from orbit_server.runtime.node import Node
 from orbit_server.runtime.roles import Supervisor
@@ -67,6 +69,10 @@ async def build_node(
         audit_writer=audit_writer,
         keys=KeyService(db, clock, audit_writer),
         audit=AuditService(db),
+        tasks=TaskService(
+            db, clock, audit_writer, TaskWatch(), default_timeout_ms=settings.task_timeout_ms
+        ),
+        queues=QueueService(db, clock, audit_writer),
     )
 
 

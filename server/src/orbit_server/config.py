@@ -69,6 +69,9 @@ class Settings:
     max_body_bytes: int = _setting(
         8 * 1024 * 1024, "Largest HTTP request body accepted (checked before parsing)", minimum=1024
     )
+    max_params_bytes: int = _setting(
+        1024 * 1024, "Largest params of one task, as JSON (a bigger task answers 413)", minimum=1024
+    )
     lease_ms: int = _setting(
         30_000, "How long a worker's lease lasts without renewal", minimum=1000
     )
@@ -149,6 +152,10 @@ class Settings:
             fail("log_level", "must be debug, info, warning or error")
         if self.log_format not in ("console", "json"):
             fail("log_format", "must be console or json")
+        if self.max_params_bytes > self.max_body_bytes:
+            fail(
+                "max_params_bytes", f"must not exceed ORBIT_MAX_BODY_BYTES ({self.max_body_bytes})"
+            )
         if self.db_pool_min > self.db_pool_max:
             fail("db_pool_min", f"must not exceed ORBIT_DB_POOL_MAX ({self.db_pool_max})")
         if self.heartbeat_ms * 2 > self.lease_ms:

@@ -13,7 +13,7 @@ from orbit_server import __version__
 from orbit_server.api.auth import authenticate
 from orbit_server.api.errors import handle_exception
 from orbit_server.api.middleware import OrbitHTTPMiddleware
-from orbit_server.api.routes import audit, health, keys
+from orbit_server.api.routes import audit, health, keys, queues, tasks
 from orbit_server.config import ServerRole, Settings
 from orbit_server.runtime.node import Node
 
@@ -31,6 +31,14 @@ API_ROUTES: list[Any] = [
     keys.get_key,
     keys.revoke_key,
     audit.list_audit,
+    tasks.submit_task,
+    tasks.submit_batch,
+    tasks.get_task,
+    tasks.list_tasks,
+    tasks.task_attempts,
+    tasks.cancel_task,
+    queues.list_queues,
+    queues.update_queue,
 ]
 
 

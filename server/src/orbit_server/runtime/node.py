@@ -8,6 +8,7 @@ from orbit_server.clock import Clock
 from orbit_server.config import Settings
 from orbit_server.governance.service import AuditService, AuditWriter, KeyService
 from orbit_server.observability.metrics import Metrics
+from orbit_server.pulse.service import QueueService, TaskService
 from orbit_server.runtime.health import ReadinessProbe
 from orbit_server.runtime.roles import Supervisor
 from orbit_server.store import Database, ServerInfo
@@ -25,6 +26,8 @@ class Node:
     audit_writer: AuditWriter
     keys: KeyService
     audit: AuditService
+    tasks: TaskService
+    queues: QueueService
 
     async def start(self) -> None:
         await self.supervisor.start()

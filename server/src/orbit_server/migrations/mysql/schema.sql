@@ -43,3 +43,142 @@ CREATE TABLE IF NOT EXISTS audit_log (
   KEY audit_log_scope (tenant, environment, id),
   KEY audit_log_target (tenant, environment, target_kind, target_id, id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+CREATE TABLE IF NOT EXISTS queues (
+  tenant VARCHAR(64) NOT NULL,
+  environment VARCHAR(64) NOT NULL,
+  name VARCHAR(128) NOT NULL,
+  paused TINYINT NOT NULL DEFAULT 0,
+  concurrency_limit INT NULL,
+  key_concurrency INT NOT NULL DEFAULT 1,
+  max_pending INT NULL,
+  pending INT NOT NULL DEFAULT 0,
+  active INT NOT NULL DEFAULT 0,
+  created_at DATETIME(6) NOT NULL,
+  updated_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (tenant, environment, name)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+CREATE TABLE IF NOT EXISTS tasks (
+  id VARCHAR(40) NOT NULL,
+  tenant VARCHAR(64) NOT NULL,
+  environment VARCHAR(64) NOT NULL,
+  queue VARCHAR(128) NOT NULL,
+  type VARCHAR(128) NOT NULL,
+  state VARCHAR(16) NOT NULL,
+  params LONGTEXT NOT NULL,
+  priority INT NOT NULL,
+  run_at DATETIME(6) NOT NULL,
+  attempts INT NOT NULL DEFAULT 0,
+  max_attempts INT NOT NULL,
+  initial_backoff_ms INT NOT NULL,
+  backoff_multiplier DOUBLE NOT NULL,
+  max_backoff_ms INT NOT NULL,
+  timeout_ms INT NOT NULL,
+  idempotency_key VARCHAR(200) NULL,
+  request_hash CHAR(64) NULL,
+  concurrency_key VARCHAR(200) NULL,
+  fairness_key VARCHAR(128) NULL,
+  side_effect VARCHAR(16) NOT NULL,
+  handler_version VARCHAR(64) NULL,
+  labels TEXT NULL,
+  owner_kind VARCHAR(32) NULL,
+  owner_id VARCHAR(64) NULL,
+  owner_step VARCHAR(200) NULL,
+  gate_id VARCHAR(40) NULL,
+  traceparent VARCHAR(64) NULL,
+  result LONGTEXT NULL,
+  error TEXT NULL,
+  cancel_requested TINYINT NOT NULL DEFAULT 0,
+  cancel_reason VARCHAR(500) NULL,
+  lease_epoch INT NOT NULL DEFAULT 0,
+  lease_token VARCHAR(40) NULL,
+  lease_expires_at DATETIME(6) NULL,
+  session_id VARCHAR(64) NULL,
+  node VARCHAR(128) NULL,
+  worker_id VARCHAR(200) NULL,
+  created_at DATETIME(6) NOT NULL,
+  updated_at DATETIME(6) NOT NULL,
+  finished_at DATETIME(6) NULL,
+  PRIMARY KEY (id),
+  UNIQUE KEY tasks_idempotency (tenant, environment, idempotency_key),
+  KEY tasks_scope (tenant, environment, id),
+  KEY tasks_queue (tenant, environment, queue, id),
+  KEY tasks_queue_state (tenant, environment, queue, state, id),
+  KEY tasks_state (tenant, environment, state, id),
+  KEY tasks_due (state, run_at),
+  KEY tasks_lease (state, lease_expires_at),
+  KEY tasks_finished (state, finished_at),
+  KEY tasks_owner (owner_kind, owner_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+CREATE TABLE IF NOT EXISTS task_ready (
+  task_id VARCHAR(40) NOT NULL,
+  tenant VARCHAR(64) NOT NULL,
+  environment VARCHAR(64) NOT NULL,
+  queue VARCHAR(128) NOT NULL,
+  type VARCHAR(128) NOT NULL,
+  priority INT NOT NULL,
+  run_at DATETIME(6) NOT NULL,
+  fairness_key VARCHAR(128) NOT NULL DEFAULT '',
+  concurrency_key VARCHAR(200) NULL,
+  handler_version VARCHAR(64) NULL,
+  gate_id VARCHAR(40) NULL,
+  PRIMARY KEY (task_id),
+  KEY task_ready_claim (tenant, environment, queue, type, priority DESC, run_at, task_id),
+  KEY task_ready_fair (tenant, environment, queue, type, fairness_key, priority DESC, run_at, task_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+CREATE TABLE IF NOT EXISTS task_attempts (
+  task_id VARCHAR(40) NOT NULL,
+  number INT NOT NULL,
+  state VARCHAR(16) NOT NULL,
+  cause VARCHAR(32) NULL,
+  worker_id VARCHAR(200) NULL,
+  session_id VARCHAR(64) NULL,
+  node VARCHAR(128) NULL,
+  leased_at DATETIME(6) NOT NULL,
+  started_at DATETIME(6) NULL,
+  ended_at DATETIME(6) NULL,
+  lease_expires_at DATETIME(6) NULL,
+  error TEXT NULL,
+  PRIMARY KEY (task_id, number)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+CREATE TABLE IF NOT EXISTS task_events (
+  id VARCHAR(40) NOT NULL,
+  tenant VARCHAR(64) NOT NULL,
+  environment VARCHAR(64) NOT NULL,
+  task_id VARCHAR(40) NOT NULL,
+  attempt INT NOT NULL,
+  state VARCHAR(16) NOT NULL,
+  owner_kind VARCHAR(32) NULL,
+  owner_id VARCHAR(64) NULL,
+  processed TINYINT NOT NULL DEFAULT 0,
+  created_at DATETIME(6) NOT NULL,
+  processed_at DATETIME(6) NULL,
+  PRIMARY KEY (id),
+  UNIQUE KEY task_events_once (task_id, attempt, state),
+  KEY task_events_pending (processed, owner_kind, id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+CREATE TABLE IF NOT EXISTS gates (
+  id VARCHAR(40) NOT NULL,
+  tenant VARCHAR(64) NOT NULL,
+  environment VARCHAR(64) NOT NULL,
+  open TINYINT NOT NULL DEFAULT 1,
+  version INT NOT NULL DEFAULT 0,
+  created_at DATETIME(6) NOT NULL,
+  updated_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (id),
+  KEY gates_scope (tenant, environment, id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+CREATE TABLE IF NOT EXISTS key_permits (
+  tenant VARCHAR(64) NOT NULL,
+  environment VARCHAR(64) NOT NULL,
+  queue VARCHAR(128) NOT NULL,
+  concurrency_key VARCHAR(200) NOT NULL,
+  active INT NOT NULL DEFAULT 0,
+  PRIMARY KEY (tenant, environment, queue, concurrency_key)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

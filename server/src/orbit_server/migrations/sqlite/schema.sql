@@ -43,3 +43,160 @@ CREATE TABLE IF NOT EXISTS audit_log (
 CREATE INDEX IF NOT EXISTS audit_log_scope ON audit_log (tenant, environment, id);
 
 CREATE INDEX IF NOT EXISTS audit_log_target ON audit_log (tenant, environment, target_kind, target_id, id);
+
+CREATE TABLE IF NOT EXISTS queues (
+  tenant TEXT NOT NULL,
+  environment TEXT NOT NULL,
+  name TEXT NOT NULL,
+  paused INTEGER NOT NULL DEFAULT 0,
+  concurrency_limit INTEGER NULL,
+  key_concurrency INTEGER NOT NULL DEFAULT 1,
+  max_pending INTEGER NULL,
+  pending INTEGER NOT NULL DEFAULT 0,
+  active INTEGER NOT NULL DEFAULT 0,
+  created_at TEXT NOT NULL,
+  updated_at TEXT NOT NULL,
+  PRIMARY KEY (tenant, environment, name)
+);
+
+CREATE TABLE IF NOT EXISTS tasks (
+  id TEXT NOT NULL,
+  tenant TEXT NOT NULL,
+  environment TEXT NOT NULL,
+  queue TEXT NOT NULL,
+  type TEXT NOT NULL,
+  state TEXT NOT NULL,
+  params TEXT NOT NULL,
+  priority INTEGER NOT NULL,
+  run_at TEXT NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  max_attempts INTEGER NOT NULL,
+  initial_backoff_ms INTEGER NOT NULL,
+  backoff_multiplier REAL NOT NULL,
+  max_backoff_ms INTEGER NOT NULL,
+  timeout_ms INTEGER NOT NULL,
+  idempotency_key TEXT NULL,
+  request_hash TEXT NULL,
+  concurrency_key TEXT NULL,
+  fairness_key TEXT NULL,
+  side_effect TEXT NOT NULL,
+  handler_version TEXT NULL,
+  labels TEXT NULL,
+  owner_kind TEXT NULL,
+  owner_id TEXT NULL,
+  owner_step TEXT NULL,
+  gate_id TEXT NULL,
+  traceparent TEXT NULL,
+  result TEXT NULL,
+  error TEXT NULL,
+  cancel_requested INTEGER NOT NULL DEFAULT 0,
+  cancel_reason TEXT NULL,
+  lease_epoch INTEGER NOT NULL DEFAULT 0,
+  lease_token TEXT NULL,
+  lease_expires_at TEXT NULL,
+  session_id TEXT NULL,
+  node TEXT NULL,
+  worker_id TEXT NULL,
+  created_at TEXT NOT NULL,
+  updated_at TEXT NOT NULL,
+  finished_at TEXT NULL,
+  PRIMARY KEY (id)
+);
+
+CREATE UNIQUE INDEX IF NOT EXISTS tasks_idempotency ON tasks (tenant, environment, idempotency_key);
+
+CREATE INDEX IF NOT EXISTS tasks_scope ON tasks (tenant, environment, id);
+
+CREATE INDEX IF NOT EXISTS tasks_queue ON tasks (tenant, environment, queue, id);
+
+CREATE INDEX IF NOT EXISTS tasks_queue_state ON tasks (tenant, environment, queue, state, id);
+
+CREATE INDEX IF NOT EXISTS tasks_state ON tasks (tenant, environment, state, id);
+
+CREATE INDEX IF NOT EXISTS tasks_due ON tasks (state, run_at);
+
+CREATE INDEX IF NOT EXISTS tasks_lease ON tasks (state, lease_expires_at);
+
+CREATE INDEX IF NOT EXISTS tasks_finished ON tasks (state, finished_at);
+
+CREATE INDEX IF NOT EXISTS tasks_owner ON tasks (owner_kind, owner_id);
+
+
+CREATE TABLE IF NOT EXISTS task_ready (
+  task_id TEXT NOT NULL,
+  tenant TEXT NOT NULL,
+  environment TEXT NOT NULL,
+  queue TEXT NOT NULL,
+  type TEXT NOT NULL,
+  priority INTEGER NOT NULL,
+  run_at TEXT NOT NULL,
+  fairness_key TEXT NOT NULL DEFAULT '',
+  concurrency_key TEXT NULL,
+  handler_version TEXT NULL,
+  gate_id TEXT NULL,
+  PRIMARY KEY (task_id)
+);
+
+CREATE INDEX IF NOT EXISTS task_ready_claim ON task_ready (tenant, environment, queue, type, priority DESC, run_at, task_id);
+
+CREATE INDEX IF NOT EXISTS task_ready_fair ON task_ready (tenant, environment, queue, type, fairness_key, priority DESC, run_at, task_id);
+
+
+CREATE TABLE IF NOT EXISTS task_attempts (
+  task_id TEXT NOT NULL,
+  number INTEGER NOT NULL,
+  state TEXT NOT NULL,
+  cause TEXT NULL,
+  worker_id TEXT NULL,
+  session_id TEXT NULL,
+  node TEXT NULL,
+  leased_at TEXT NOT NULL,
+  started_at TEXT NULL,
+  ended_at TEXT NULL,
+  lease_expires_at TEXT NULL,
+  error TEXT NULL,
+  PRIMARY KEY (task_id, number)
+);
+
+CREATE TABLE IF NOT EXISTS task_events (
+  id TEXT NOT NULL,
+  tenant TEXT NOT NULL,
+  environment TEXT NOT NULL,
+  task_id TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  state TEXT NOT NULL,
+  owner_kind TEXT NULL,
+  owner_id TEXT NULL,
+  processed INTEGER NOT NULL DEFAULT 0,
+  created_at TEXT NOT NULL,
+  processed_at TEXT NULL,
+  PRIMARY KEY (id)
+);
+
+CREATE UNIQUE INDEX IF NOT EXISTS task_events_once ON task_events (task_id, attempt, state);
+
+CREATE INDEX IF NOT EXISTS task_events_pending ON task_events (processed, owner_kind, id);
+
+
+CREATE TABLE IF NOT EXISTS gates (
+  id TEXT NOT NULL,
+  tenant TEXT NOT NULL,
+  environment TEXT NOT NULL,
+  open INTEGER NOT NULL DEFAULT 1,
+  version INTEGER NOT NULL DEFAULT 0,
+  created_at TEXT NOT NULL,
+  updated_at TEXT NOT NULL,
+  PRIMARY KEY (id)
+);
+
+CREATE INDEX IF NOT EXISTS gates_scope ON gates (tenant, environment, id);
+
+
+CREATE TABLE IF NOT EXISTS key_permits (
+  tenant TEXT NOT NULL,
+  environment TEXT NOT NULL,
+  queue TEXT NOT NULL,
+  concurrency_key TEXT NOT NULL,
+  active INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY (tenant, environment, queue, concurrency_key)
+);

@@ -1,0 +1,53 @@
+"""Queues (API.md "Queues"): list with counts; operators change settings."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import get, put
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+
+from orbit_server.api.context import current_request_id
+from orbit_server.api.deps import NodeDep, PrincipalDep
+from orbit_server.api.pagination import decode_cursor, next_cursor, page_limit
+from orbit_server.api.wire_tasks import Queue, QueueList, QueueUpdate
+from orbit_server.errors import InvalidRequest
+from orbit_server.governance.keys import Role
+from orbit_server.governance.service import Actor
+from orbit_server.pulse.service import QueueSettings
+
+
+@get("/v1/queues", summary="Queues with their settings and counts", tags=["queues"])
+async def list_queues(
+    principal: PrincipalDep,
+    node: NodeDep,
+    limit: Annotated[int | None, QueryParameter(ge=1, le=500)] = None,
+    cursor: FromQuery[str | None] = None,
+) -> QueueList:
+    principal.require(Role.SUBMITTER, Role.OPERATOR, Role.ADMIN)
+    size = page_limit(limit)
+    views = await node.queues.list_queues(principal.scope, limit=size, after=decode_cursor(cursor))
+    now = node.clock.now()
+    return QueueList(
+        items=[Queue.of(v, now) for v in views],
+        next_cursor=next_cursor([v.queue.name for v in views], size),
+    )
+
+
+@put("/v1/queues/{name:str}", summary="Change a queue's settings", tags=["queues"])
+async def update_queue(
+    name: FromPath[str], data: JSONBody[QueueUpdate], principal: PrincipalDep, node: NodeDep
+) -> Queue:
+    principal.require(Role.OPERATOR)
+    if not name or len(name) > 128 or any(c.isspace() for c in name):
+        raise InvalidRequest("queue names have 1 to 128 characters and no spaces")
+    change = QueueSettings(
+        paused=data.paused,
+        concurrency_limit=data.concurrency_limit,
+        key_concurrency=data.key_concurrency,
+        max_pending=data.max_pending,
+    )
+    view = await node.queues.update(
+        principal.scope, name, change, actor=Actor(principal.actor, current_request_id())
+    )
+    return Queue.of(view, node.clock.now())

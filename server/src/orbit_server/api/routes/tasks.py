@@ -1,0 +1,195 @@
+"""Tasks (API.md "Tasks (Pulse)"): submit, batch, get (long-poll), list, attempts, cancel."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+from litestar import Response, get, post
+from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
+
+from orbit_server.api.context import current_request_id
+from orbit_server.api.deps import NodeDep, PrincipalDep
+from orbit_server.api.pagination import decode_cursor, encode_cursor, page_limit
+from orbit_server.api.wire_tasks import (
+    Attempt,
+    AttemptList,
+    CancelIn,
+    Task,
+    TaskBatch,
+    TaskBatchOut,
+    TaskList,
+    TaskSubmit,
+)
+from orbit_server.config import Settings
+from orbit_server.errors import InvalidRequest, PayloadTooLarge
+from orbit_server.governance.keys import Principal, Role
+from orbit_server.governance.service import Actor
+from orbit_server.pulse.model import TaskSpec
+from orbit_server.pulse.retry import RetryPolicy
+from orbit_server.pulse.states import SideEffect, TaskState
+
+READERS = (Role.SUBMITTER, Role.OPERATOR, Role.ADMIN)
+WRITERS = (Role.SUBMITTER, Role.OPERATOR)
+MAX_WAIT_MS = 60_000
+
+
+def to_spec(body: TaskSubmit, settings: Settings, traceparent: str | None) -> TaskSpec:
+    """Check what the schema cannot, and build the domain's request."""
+    if body.run_at is not None and body.delay_ms:
+        raise InvalidRequest("give run_at or delay_ms, not both")
+    if body.timeout_ms is not None and body.timeout_ms > settings.max_task_timeout_ms:
+        raise InvalidRequest(f"timeout_ms must be at most {settings.max_task_timeout_ms}")
+    size = len(msgspec.json.encode(body.params))
+    if size > settings.max_params_bytes:
+        raise PayloadTooLarge(
+            f"params are {size} bytes as JSON; the limit is {settings.max_params_bytes}"
+        )
+    retry_in = body.retry
+    try:
+        retry = (
+            RetryPolicy()
+            if retry_in is None
+            else RetryPolicy(
+                max_attempts=retry_in.max_attempts,
+                initial_backoff_ms=retry_in.initial_backoff_ms,
+                backoff_multiplier=retry_in.backoff_multiplier,
+                max_backoff_ms=retry_in.max_backoff_ms,
+            )
+        )
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from None
+    return TaskSpec(
+        queue=body.queue,
+        type=body.type,
+        params=body.params,
+        idempotency_key=body.idempotency_key,
+        priority=body.priority,
+        delay_ms=body.delay_ms,
+        run_at=body.run_at,
+        retry=retry,
+        timeout_ms=body.timeout_ms,
+        concurrency_key=body.concurrency_key,
+        fairness_key=body.fairness_key,
+        side_effect=SideEffect(body.side_effect),
+        handler_version=body.handler_version,
+        labels=dict(body.labels),
+        traceparent=traceparent,
+    )
+
+
+def _traceparent(value: str | None) -> str | None:
+    # W3C trace context: version-traceid-parentid-flags; anything else is ignored.
+    if value and len(value) == 55 and value.count("-") == 3:
+        return value
+    return None
+
+
+def _actor(principal: Principal) -> Actor:
+    return Actor(principal.actor, current_request_id())
+
+
+@post("/v1/tasks", summary="Submit a task", tags=["tasks"], status_code=201)
+async def submit_task(
+    data: JSONBody[TaskSubmit],
+    principal: PrincipalDep,
+    node: NodeDep,
+    traceparent: Annotated[str | None, HeaderParameter(name="traceparent")] = None,
+) -> Response[Task]:
+    principal.require(*WRITERS)
+    spec = to_spec(data, node.settings, _traceparent(traceparent))
+    submitted = await node.tasks.submit(principal.scope, spec)
+    return Response(Task.of(submitted.task), status_code=201 if submitted.created else 200)
+
+
+@post("/v1/tasks:batch", summary="Submit up to 1,000 tasks at once", tags=["tasks"])
+async def submit_batch(
+    data: JSONBody[TaskBatch], principal: PrincipalDep, node: NodeDep
+) -> Response[TaskBatchOut]:
+    principal.require(*WRITERS)
+    specs = []
+    for index, body in enumerate(data.tasks):
+        try:
+            specs.append(to_spec(body, node.settings, None))
+        except (InvalidRequest, PayloadTooLarge) as exc:
+            raise type(exc)(f"tasks[{index}]: {exc.message}") from None
+    submitted = await node.tasks.submit_many(principal.scope, specs)
+    created = any(item.created for item in submitted)
+    return Response(
+        TaskBatchOut(tasks=[Task.of(item.task) for item in submitted]),
+        status_code=201 if created else 200,
+    )
+
+
+@get(
+    "/v1/tasks/{task_id:str}",
+    summary="One task; wait_ms long-polls until it settles",
+    tags=["tasks"],
+)
+async def get_task(
+    task_id: FromPath[str],
+    principal: PrincipalDep,
+    node: NodeDep,
+    wait_ms: Annotated[int | None, QueryParameter(ge=0, le=MAX_WAIT_MS)] = None,
+) -> Task:
+    principal.require(*READERS)
+    if wait_ms:
+        return Task.of(await node.tasks.wait(principal.scope, task_id, wait_ms))
+    return Task.of(await node.tasks.get(principal.scope, task_id))
+
+
+@get("/v1/tasks", summary="List tasks, newest first", tags=["tasks"])
+async def list_tasks(
+    principal: PrincipalDep,
+    node: NodeDep,
+    queue: FromQuery[str | None] = None,
+    state_filter: Annotated[str | None, QueryParameter(query="state")] = None,
+    type_filter: Annotated[str | None, QueryParameter(query="type")] = None,
+    label: FromQuery[str | None] = None,
+    limit: Annotated[int | None, QueryParameter(ge=1, le=500)] = None,
+    cursor: FromQuery[str | None] = None,
+) -> TaskList:
+    principal.require(*READERS)
+    if state_filter is not None and state_filter not in {s.value for s in TaskState}:
+        raise InvalidRequest(f"unknown state {state_filter!r}")
+    label_filter = None
+    if label is not None:
+        name, sep, value = label.partition(":")
+        if not sep or not name:
+            raise InvalidRequest("label filters read key:value")
+        label_filter = (name, value)
+    size = page_limit(limit)
+    tasks, last = await node.tasks.list_tasks(
+        principal.scope,
+        limit=size,
+        before=decode_cursor(cursor),
+        queue=queue,
+        state=state_filter,
+        type_=type_filter,
+        label=label_filter,
+    )
+    return TaskList(
+        items=[Task.of(t) for t in tasks], next_cursor=encode_cursor(last) if last else None
+    )
+
+
+@get("/v1/tasks/{task_id:str}/attempts", summary="A task's attempts", tags=["tasks"])
+async def task_attempts(
+    task_id: FromPath[str], principal: PrincipalDep, node: NodeDep
+) -> AttemptList:
+    principal.require(*READERS)
+    attempts = await node.tasks.attempts(principal.scope, task_id)
+    return AttemptList(items=[Attempt.of(a) for a in attempts])
+
+
+@post("/v1/tasks/{task_id:str}/cancel", summary="Cancel a task", tags=["tasks"], status_code=200)
+async def cancel_task(
+    task_id: FromPath[str],
+    principal: PrincipalDep,
+    node: NodeDep,
+    data: JSONBody[CancelIn | None] = None,
+) -> Task:
+    principal.require(*WRITERS)
+    reason = data.reason if data is not None else None
+    task = await node.tasks.cancel(principal.scope, task_id, reason=reason, actor=_actor(principal))
+    return Task.of(task)

@@ -1,0 +1,109 @@
+"""What a submission asks for, validated (SPEC P1), and how a task is built from it. Pure."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from orbit_server.pulse.retry import RetryPolicy
+from orbit_server.pulse.states import SideEffect, TaskState
+from orbit_server.scope import Scope
+from orbit_server.store.pulse import TaskRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The generic correlation of a task to what owns it (Pulse never interprets it)."""
+
+    kind: str
+    id: str
+    step: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    queue: str
+    type: str
+    params: Any = field(default_factory=dict)
+    idempotency_key: str | None = None
+    priority: int = 0
+    delay_ms: int = 0
+    run_at: datetime | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    timeout_ms: int | None = None
+    concurrency_key: str | None = None
+    fairness_key: str | None = None
+    side_effect: SideEffect = SideEffect.IDEMPOTENT
+    handler_version: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    owner: Owner | None = None
+    gate_id: str | None = None
+    traceparent: str | None = None
+
+    def request_hash(self) -> str:
+        """A digest of everything the caller asked for: the same body replays, another
+        conflicts. The trace context is not part of the request's meaning."""
+        body = asdict(self)
+        body.pop("traceparent")
+        encoded = msgspec.json.encode(body, order="sorted", enc_hook=str)
+        return hashlib.sha256(encoded).hexdigest()
+
+
+def start_time(spec: TaskSpec, now: datetime) -> datetime:
+    """When the task may first run: ``run_at``, else now plus ``delay_ms``."""
+    if spec.run_at is not None:
+        return spec.run_at
+    return now + timedelta(milliseconds=spec.delay_ms)
+
+
+def new_task(
+    spec: TaskSpec, *, task_id: str, scope: Scope, now: datetime, default_timeout_ms: int
+) -> TaskRecord:
+    run_at = start_time(spec, now)
+    state = TaskState.SCHEDULED if run_at > now else TaskState.PENDING
+    owner = spec.owner
+    return TaskRecord(
+        id=task_id,
+        scope=scope,
+        queue=spec.queue,
+        type=spec.type,
+        state=str(state),
+        params=spec.params,
+        priority=spec.priority,
+        run_at=run_at if run_at > now else now,
+        attempts=0,
+        max_attempts=spec.retry.max_attempts,
+        initial_backoff_ms=spec.retry.initial_backoff_ms,
+        backoff_multiplier=spec.retry.backoff_multiplier,
+        max_backoff_ms=spec.retry.max_backoff_ms,
+        timeout_ms=spec.timeout_ms or default_timeout_ms,
+        idempotency_key=spec.idempotency_key,
+        request_hash=spec.request_hash() if spec.idempotency_key else None,
+        concurrency_key=spec.concurrency_key,
+        fairness_key=spec.fairness_key,
+        side_effect=str(spec.side_effect),
+        handler_version=spec.handler_version,
+        labels=dict(spec.labels),
+        owner_kind=owner.kind if owner else None,
+        owner_id=owner.id if owner else None,
+        owner_step=owner.step if owner else None,
+        gate_id=spec.gate_id,
+        traceparent=spec.traceparent,
+        result=None,
+        error=None,
+        cancel_requested=False,
+        cancel_reason=None,
+        lease_epoch=0,
+        lease_token=None,
+        lease_expires_at=None,
+        session_id=None,
+        node=None,
+        worker_id=None,
+        created_at=now,
+        updated_at=now,
+        finished_at=None,
+    )

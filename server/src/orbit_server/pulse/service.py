@@ -1,0 +1,369 @@
+"""Pulse's application service for submitters and operators: one short transaction per use case.
+
+The worker side (claim, start, renew, complete) lives in its own service; both move tasks only
+through :func:`orbit_server.pulse.states.decide` and keep the queue counters, key permits,
+claim range and result events in the same transaction as the state change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from orbit_server.clock import Clock
+from orbit_server.errors import IdempotencyConflict, NotFound, QueueFull, StateConflict
+from orbit_server.governance.service import Actor, AuditWriter
+from orbit_server.ids import new_id
+from orbit_server.pulse.model import TaskSpec, new_task
+from orbit_server.pulse.states import HOLDS_PERMITS, Event, IllegalTransition, TaskState, decide
+from orbit_server.pulse.watch import TaskWatch
+from orbit_server.scope import Scope
+from orbit_server.store import Database, DuplicateKey, Tx
+from orbit_server.store import pulse as store
+from orbit_server.store.pulse import AttemptRecord, QueueRecord, TaskEventRecord, TaskRecord
+
+SETTLED = frozenset({"succeeded", "failed", "cancelled", "needs_review"})
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    task: TaskRecord
+    created: bool  # False: an idempotent replay answered with the existing task
+
+
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    queue: QueueRecord
+    counts: dict[str, int]
+    oldest_ready_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    paused: bool | None = None
+    concurrency_limit: int | None = None
+    clear_concurrency_limit: bool = False
+    key_concurrency: int | None = None
+    max_pending: int | None = None
+    clear_max_pending: bool = False
+
+
+class TaskService:
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        audit: AuditWriter,
+        watch: TaskWatch,
+        *,
+        default_timeout_ms: int,
+    ) -> None:
+        self._db = db
+        self._clock = clock
+        self._audit = audit
+        self._watch = watch
+        self._default_timeout_ms = default_timeout_ms
+
+    # -- submit -------------------------------------------------------------------------------
+
+    async def submit(self, scope: Scope, spec: TaskSpec) -> Submitted:
+        return (await self.submit_many(scope, [spec]))[0]
+
+    async def submit_many(self, scope: Scope, specs: Sequence[TaskSpec]) -> list[Submitted]:
+        """All in one transaction: every task is created (or replayed), or none is."""
+        now = self._clock.now()
+        tasks = [
+            new_task(
+                spec,
+                task_id=new_id(),
+                scope=scope,
+                now=now,
+                default_timeout_ms=self._default_timeout_ms,
+            )
+            for spec in specs
+        ]
+
+        async def unit(tx: Tx) -> list[Submitted]:
+            return await self._submit_unit(tx, scope, tasks, now)
+
+        submitted = await self._db.run(unit)
+        for item in submitted:
+            if item.created:
+                self._watch.notify(item.task.id)
+        return submitted
+
+    async def _submit_unit(
+        self, tx: Tx, scope: Scope, tasks: list[TaskRecord], now: datetime
+    ) -> list[Submitted]:
+        results: list[Submitted | None] = [None] * len(tasks)
+        first_of_key: dict[str, int] = {}
+        repeats: dict[int, int] = {}  # a key used twice in one batch: index -> first index
+        fresh: list[int] = []
+        for i, task in enumerate(tasks):
+            key = task.idempotency_key
+            if key is None:
+                fresh.append(i)
+                continue
+            if key in first_of_key:
+                self._replayed(tasks[first_of_key[key]], task)
+                repeats[i] = first_of_key[key]
+                continue
+            first_of_key[key] = i
+            existing = await store.task_get_by_idempotency_key(tx, scope, key)
+            if existing is not None:
+                results[i] = Submitted(self._replayed(existing, task), created=False)
+            else:
+                fresh.append(i)
+        per_queue = Counter(tasks[i].queue for i in fresh)
+        for name in sorted(per_queue):  # one fixed lock order across submitters
+            await store.queue_ensure(tx, scope, name, now)
+            queue = await store.queue_get(tx, scope, name, lock=True)
+            assert queue is not None
+            if (
+                queue.max_pending is not None
+                and queue.pending + per_queue[name] > queue.max_pending
+            ):
+                raise QueueFull(
+                    f"queue {name} holds its maximum of {queue.max_pending} waiting tasks"
+                )
+        for i in fresh:
+            task = tasks[i]
+            try:
+                await store.task_insert(tx, task)
+            except DuplicateKey:
+                # A concurrent submitter of the same key committed first: answer with its task.
+                assert task.idempotency_key is not None
+                existing = await store.task_get_by_idempotency_key(tx, scope, task.idempotency_key)
+                if existing is None:
+                    raise
+                results[i] = Submitted(self._replayed(existing, task), created=False)
+                per_queue[task.queue] -= 1
+                continue
+            if task.state == TaskState.PENDING:
+                await store.task_ready_insert(tx, task)
+            results[i] = Submitted(task, created=True)
+        for name, count in per_queue.items():
+            if count:
+                await store.queue_add_counts(tx, scope, name, pending=count, now=now)
+        for i, first in repeats.items():
+            answer = results[first]
+            assert answer is not None
+            results[i] = Submitted(answer.task, created=False)
+        return [r for r in results if r is not None]
+
+    @staticmethod
+    def _replayed(existing: TaskRecord, attempt: TaskRecord) -> TaskRecord:
+        if existing.request_hash != attempt.request_hash:
+            raise IdempotencyConflict(
+                "this idempotency key was used for a different request; use a new key"
+            )
+        return existing
+
+    # -- read ---------------------------------------------------------------------------------
+
+    async def get(self, scope: Scope, task_id: str) -> TaskRecord:
+        async def unit(tx: Tx) -> TaskRecord | None:
+            return await store.task_get(tx, scope, task_id)
+
+        task = await self._db.read(unit)
+        if task is None:
+            raise NotFound("no such task")
+        return task
+
+    async def wait(self, scope: Scope, task_id: str, wait_ms: int) -> TaskRecord:
+        """The task once it is terminal or needs review, or as it is when ``wait_ms`` ends.
+
+        Local changes wake the waiter at once; changes made by other nodes are seen by a
+        re-read at least every ``TaskWatch.poll_s``.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_ms / 1000
+        while True:
+            with self._watch.watching(task_id) as changed:
+                task = await self.get(scope, task_id)
+                remaining = deadline - loop.time()
+                if task.state in SETTLED or remaining <= 0:
+                    return task
+                await self._watch.wait(changed, remaining)
+
+    async def list_tasks(
+        self,
+        scope: Scope,
+        *,
+        limit: int,
+        before: str | None = None,
+        queue: str | None = None,
+        state: str | None = None,
+        type_: str | None = None,
+        label: tuple[str, str] | None = None,
+    ) -> tuple[list[TaskRecord], str | None]:
+        """A page of tasks, newest first, and the cursor (last id examined) for the next one.
+
+        ``type`` and ``label`` filter the pages that the indexed filters produce, reading at
+        most a few pages per call, so a sparse filter may answer a short page with a cursor.
+        """
+
+        def keep(task: TaskRecord) -> bool:
+            if type_ is not None and task.type != type_:
+                return False
+            return label is None or task.labels.get(label[0]) == label[1]
+
+        async def unit(tx: Tx) -> tuple[list[TaskRecord], str | None]:
+            found: list[TaskRecord] = []
+            cursor = before or store.LAST
+            for _ in range(10):  # bounded work per request
+                page = await store.task_list(
+                    tx, scope, limit=limit, before=cursor, queue=queue, state=state
+                )
+                for task in page:
+                    cursor = task.id
+                    if keep(task):
+                        found.append(task)
+                        if len(found) == limit:
+                            return found, task.id
+                if len(page) < limit:
+                    return found, None
+            return found, cursor
+
+        return await self._db.read(unit)
+
+    async def attempts(self, scope: Scope, task_id: str) -> list[AttemptRecord]:
+        async def unit(tx: Tx) -> list[AttemptRecord] | None:
+            if await store.task_get(tx, scope, task_id) is None:
+                return None
+            return await store.attempt_list(tx, task_id)
+
+        found = await self._db.read(unit)
+        if found is None:
+            raise NotFound("no such task")
+        return found
+
+    # -- cancel -------------------------------------------------------------------------------
+
+    async def cancel(
+        self, scope: Scope, task_id: str, *, reason: str | None, actor: Actor
+    ) -> TaskRecord:
+        """Cancel work that has not started at once; ask running work to stop (P5)."""
+
+        async def unit(tx: Tx) -> TaskRecord:
+            task = await store.task_get(tx, scope, task_id, lock=True)
+            if task is None:
+                raise NotFound("no such task")
+            now = self._clock.now()
+            state = TaskState(task.state)
+            if state is TaskState.RUNNING:
+                if not task.cancel_requested:
+                    await store.task_request_cancel(tx, task.id, reason, now)
+            else:
+                try:
+                    decision = decide(state, Event.CANCEL)
+                except IllegalTransition:
+                    raise StateConflict(f"a {state} task cannot be cancelled") from None
+                if not await store.task_finish_unstarted(
+                    tx, task, state=str(decision.after), reason=reason, now=now
+                ):
+                    raise StateConflict("the task changed meanwhile; read it and try again")
+                await self._leave(tx, task, state, now)
+                await self._emit(tx, task, decision.after, now)
+            await self._audit.record(
+                tx,
+                scope=scope,
+                actor=actor,
+                action="task.cancel",
+                target_kind="task",
+                target_id=task.id,
+                details={"state_before": str(state), "reason": reason},
+            )
+            refreshed = await store.task_get(tx, scope, task.id)
+            assert refreshed is not None
+            return refreshed
+
+        task = await self._db.run(unit)
+        self._watch.notify(task.id)
+        return task
+
+    async def _leave(self, tx: Tx, task: TaskRecord, state: TaskState, now: datetime) -> None:
+        """Give back what a task held in ``state`` as it leaves it for good."""
+        if state is TaskState.PENDING:
+            await store.task_ready_delete(tx, task.id)
+        if state in (TaskState.PENDING, TaskState.SCHEDULED):
+            await store.queue_add_counts(tx, task.scope, task.queue, pending=-1, now=now)
+        if state in HOLDS_PERMITS:
+            await store.queue_add_counts(tx, task.scope, task.queue, active=-1, now=now)
+            if task.concurrency_key is not None:
+                await store.key_permit_add(tx, task.scope, task.queue, task.concurrency_key, -1)
+
+    async def _emit(self, tx: Tx, task: TaskRecord, state: TaskState, now: datetime) -> None:
+        await store.task_event_insert(
+            tx,
+            TaskEventRecord(
+                id=new_id("evt_"),
+                scope=task.scope,
+                task_id=task.id,
+                attempt=task.lease_epoch,
+                state=str(state),
+                owner_kind=task.owner_kind,
+                owner_id=task.owner_id,
+                created_at=now,
+            ),
+        )
+
+
+class QueueService:
+    def __init__(self, db: Database, clock: Clock, audit: AuditWriter) -> None:
+        self._db = db
+        self._clock = clock
+        self._audit = audit
+
+    async def list_queues(self, scope: Scope, *, limit: int, after: str | None) -> list[QueueView]:
+        async def unit(tx: Tx) -> list[QueueView]:
+            queues = await store.queue_list(tx, scope, limit=limit, after=after or "")
+            return [await self._view(tx, q) for q in queues]
+
+        return await self._db.read(unit)
+
+    @staticmethod
+    async def _view(tx: Tx, queue: QueueRecord) -> QueueView:
+        return QueueView(
+            queue=queue,
+            counts=await store.queue_state_counts(tx, queue.scope, queue.name),
+            oldest_ready_at=await store.queue_oldest_ready_at(tx, queue.scope, queue.name),
+        )
+
+    async def update(
+        self, scope: Scope, name: str, change: QueueSettings, *, actor: Actor
+    ) -> QueueView:
+        async def unit(tx: Tx) -> QueueView:
+            now = self._clock.now()
+            await store.queue_ensure(tx, scope, name, now)
+            queue = await store.queue_get(tx, scope, name, lock=True)
+            assert queue is not None
+            settings: dict[str, Any] = {
+                "paused": queue.paused if change.paused is None else change.paused,
+                "concurrency_limit": None
+                if change.clear_concurrency_limit
+                else change.concurrency_limit or queue.concurrency_limit,
+                "key_concurrency": change.key_concurrency or queue.key_concurrency,
+                "max_pending": None
+                if change.clear_max_pending
+                else change.max_pending or queue.max_pending,
+            }
+            await store.queue_update_settings(tx, scope, name, now=now, **settings)
+            await self._audit.record(
+                tx,
+                scope=scope,
+                actor=actor,
+                action="queue.update",
+                target_kind="queue",
+                target_id=name,
+                details=settings,
+            )
+            updated = await store.queue_get(tx, scope, name)
+            assert updated is not None
+            return await self._view(tx, updated)
+
+        return await self._db.run(unit)

@@ -1,0 +1,465 @@
+"""Store methods for Pulse: queues, tasks, the claim range, attempts and result events."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from orbit_server.scope import Scope
+from orbit_server.store.base import DuplicateKey, Row, Tx
+
+LAST = "~"  # sorts after every id
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRecord:
+    scope: Scope
+    name: str
+    paused: bool
+    concurrency_limit: int | None
+    key_concurrency: int
+    max_pending: int | None
+    pending: int  # scheduled + pending
+    active: int  # leased + running
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    id: str
+    scope: Scope
+    queue: str
+    type: str
+    state: str
+    params: Any
+    priority: int
+    run_at: datetime
+    attempts: int
+    max_attempts: int
+    initial_backoff_ms: int
+    backoff_multiplier: float
+    max_backoff_ms: int
+    timeout_ms: int
+    idempotency_key: str | None
+    request_hash: str | None
+    concurrency_key: str | None
+    fairness_key: str | None
+    side_effect: str
+    handler_version: str | None
+    labels: dict[str, str]
+    owner_kind: str | None
+    owner_id: str | None
+    owner_step: str | None
+    gate_id: str | None
+    traceparent: str | None
+    result: Any
+    error: dict[str, Any] | None
+    cancel_requested: bool
+    cancel_reason: str | None
+    lease_epoch: int
+    lease_token: str | None
+    lease_expires_at: datetime | None
+    session_id: str | None
+    node: str | None
+    worker_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    task_id: str
+    number: int
+    state: str
+    cause: str | None
+    worker_id: str | None
+    session_id: str | None
+    node: str | None
+    leased_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    lease_expires_at: datetime | None
+    error: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEventRecord:
+    id: str
+    scope: Scope
+    task_id: str
+    attempt: int
+    state: str
+    owner_kind: str | None
+    owner_id: str | None
+    created_at: datetime
+
+
+def _json(value: Any) -> str:
+    return msgspec.json.encode(value).decode()
+
+
+def _unjson(text: str | None) -> Any:
+    return None if text is None else msgspec.json.decode(text)
+
+
+def _scope_params(scope: Scope) -> dict[str, Any]:
+    return {"tenant": scope.tenant, "environment": scope.environment}
+
+
+def _queue(row: Row) -> QueueRecord:
+    return QueueRecord(
+        scope=Scope(str(row["tenant"]), str(row["environment"])),
+        name=str(row["name"]),
+        paused=bool(row["paused"]),
+        concurrency_limit=row["concurrency_limit"],
+        key_concurrency=int(row["key_concurrency"]),
+        max_pending=row["max_pending"],
+        pending=int(row["pending"]),
+        active=int(row["active"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def _task(row: Row) -> TaskRecord:
+    return TaskRecord(
+        id=str(row["id"]),
+        scope=Scope(str(row["tenant"]), str(row["environment"])),
+        queue=str(row["queue"]),
+        type=str(row["type"]),
+        state=str(row["state"]),
+        params=_unjson(row["params"]),
+        priority=int(row["priority"]),
+        run_at=row["run_at"],
+        attempts=int(row["attempts"]),
+        max_attempts=int(row["max_attempts"]),
+        initial_backoff_ms=int(row["initial_backoff_ms"]),
+        backoff_multiplier=float(row["backoff_multiplier"]),
+        max_backoff_ms=int(row["max_backoff_ms"]),
+        timeout_ms=int(row["timeout_ms"]),
+        idempotency_key=row["idempotency_key"],
+        request_hash=row["request_hash"],
+        concurrency_key=row["concurrency_key"],
+        fairness_key=row["fairness_key"],
+        side_effect=str(row["side_effect"]),
+        handler_version=row["handler_version"],
+        labels=_unjson(row["labels"]) or {},
+        owner_kind=row["owner_kind"],
+        owner_id=row["owner_id"],
+        owner_step=row["owner_step"],
+        gate_id=row["gate_id"],
+        traceparent=row["traceparent"],
+        result=_unjson(row["result"]),
+        error=_unjson(row["error"]),
+        cancel_requested=bool(row["cancel_requested"]),
+        cancel_reason=row["cancel_reason"],
+        lease_epoch=int(row["lease_epoch"]),
+        lease_token=row["lease_token"],
+        lease_expires_at=row["lease_expires_at"],
+        session_id=row["session_id"],
+        node=row["node"],
+        worker_id=row["worker_id"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        finished_at=row["finished_at"],
+    )
+
+
+# -- queues -----------------------------------------------------------------------------------
+
+
+async def queue_ensure(tx: Tx, scope: Scope, name: str, now: datetime) -> bool:
+    """Create the queue row with default settings unless it exists; answers whether created."""
+    try:
+        await tx.execute("queue_insert", {**_scope_params(scope), "name": name, "now": now})
+    except DuplicateKey:
+        return False
+    return True
+
+
+async def queue_get(tx: Tx, scope: Scope, name: str, *, lock: bool = False) -> QueueRecord | None:
+    """One queue; ``lock`` holds its row for the rest of the transaction (quota checks)."""
+    row = await tx.fetch_one(
+        "queue_lock" if lock else "queue_get", {**_scope_params(scope), "name": name}
+    )
+    return None if row is None else _queue(row)
+
+
+async def queue_list(tx: Tx, scope: Scope, *, limit: int, after: str = "") -> list[QueueRecord]:
+    rows = await tx.fetch_all(
+        "queue_list", {**_scope_params(scope), "after": after, "limit": limit}
+    )
+    return [_queue(r) for r in rows]
+
+
+async def queue_update_settings(
+    tx: Tx,
+    scope: Scope,
+    name: str,
+    *,
+    paused: bool,
+    concurrency_limit: int | None,
+    key_concurrency: int,
+    max_pending: int | None,
+    now: datetime,
+) -> None:
+    await tx.execute(
+        "queue_update_settings",
+        {
+            **_scope_params(scope),
+            "name": name,
+            "paused": int(paused),
+            "concurrency_limit": concurrency_limit,
+            "key_concurrency": key_concurrency,
+            "max_pending": max_pending,
+            "now": now,
+        },
+    )
+
+
+async def queue_add_counts(
+    tx: Tx, scope: Scope, name: str, *, pending: int = 0, active: int = 0, now: datetime
+) -> None:
+    """Move the queue's counters by the given deltas (in the transaction that moves tasks)."""
+    params = {**_scope_params(scope), "name": name, "now": now}
+    if pending:
+        await tx.execute("queue_add_pending", {**params, "delta": pending})
+    if active:
+        await tx.execute("queue_add_active", {**params, "delta": active})
+
+
+async def key_permit_ensure(tx: Tx, scope: Scope, queue: str, concurrency_key: str) -> None:
+    """Create a concurrency key's permit row (count 0) unless it exists."""
+    with contextlib.suppress(DuplicateKey):
+        await tx.execute(
+            "key_permit_insert",
+            {**_scope_params(scope), "queue": queue, "concurrency_key": concurrency_key},
+        )
+
+
+async def key_permit_active(tx: Tx, scope: Scope, queue: str, concurrency_key: str) -> int:
+    """How many tasks of this concurrency key are leased or running (0 without a row)."""
+    row = await tx.fetch_one(
+        "key_permit_get",
+        {**_scope_params(scope), "queue": queue, "concurrency_key": concurrency_key},
+    )
+    return 0 if row is None else int(row["active"])
+
+
+async def key_permit_add(
+    tx: Tx, scope: Scope, queue: str, concurrency_key: str, delta: int
+) -> None:
+    """Move a concurrency key's count of leased and running tasks."""
+    await tx.execute(
+        "key_permit_add",
+        {
+            **_scope_params(scope),
+            "queue": queue,
+            "concurrency_key": concurrency_key,
+            "delta": delta,
+        },
+    )
+
+
+async def queue_state_counts(tx: Tx, scope: Scope, name: str) -> dict[str, int]:
+    rows = await tx.fetch_all("queue_state_counts", {**_scope_params(scope), "queue": name})
+    return {str(r["state"]): int(r["n"]) for r in rows}
+
+
+async def queue_oldest_ready_at(tx: Tx, scope: Scope, name: str) -> datetime | None:
+    row = await tx.fetch_one("queue_oldest_pending", {**_scope_params(scope), "queue": name})
+    return None if row is None else row["oldest_at"]
+
+
+# -- tasks ------------------------------------------------------------------------------------
+
+
+async def task_insert(tx: Tx, task: TaskRecord) -> None:
+    """Insert a new task; DuplicateKey when its idempotency key is taken."""
+    await tx.execute(
+        "task_insert",
+        {
+            **_scope_params(task.scope),
+            "id": task.id,
+            "queue": task.queue,
+            "type": task.type,
+            "state": task.state,
+            "params": _json(task.params),
+            "priority": task.priority,
+            "run_at": task.run_at,
+            "max_attempts": task.max_attempts,
+            "initial_backoff_ms": task.initial_backoff_ms,
+            "backoff_multiplier": task.backoff_multiplier,
+            "max_backoff_ms": task.max_backoff_ms,
+            "timeout_ms": task.timeout_ms,
+            "idempotency_key": task.idempotency_key,
+            "request_hash": task.request_hash,
+            "concurrency_key": task.concurrency_key,
+            "fairness_key": task.fairness_key,
+            "side_effect": task.side_effect,
+            "handler_version": task.handler_version,
+            "labels": _json(task.labels) if task.labels else None,
+            "owner_kind": task.owner_kind,
+            "owner_id": task.owner_id,
+            "owner_step": task.owner_step,
+            "gate_id": task.gate_id,
+            "traceparent": task.traceparent,
+            "created_at": task.created_at,
+        },
+    )
+
+
+async def task_get(tx: Tx, scope: Scope, task_id: str, *, lock: bool = False) -> TaskRecord | None:
+    """One task of the scope; ``lock`` holds its row until the transaction ends."""
+    row = await tx.fetch_one(
+        "task_lock" if lock else "task_get", {**_scope_params(scope), "id": task_id}
+    )
+    return None if row is None else _task(row)
+
+
+async def task_get_by_idempotency_key(tx: Tx, scope: Scope, key: str) -> TaskRecord | None:
+    row = await tx.fetch_one(
+        "task_get_by_idempotency_key", {**_scope_params(scope), "idempotency_key": key}
+    )
+    return None if row is None else _task(row)
+
+
+async def task_list(
+    tx: Tx,
+    scope: Scope,
+    *,
+    limit: int,
+    before: str = LAST,
+    queue: str | None = None,
+    state: str | None = None,
+) -> list[TaskRecord]:
+    """Newest first, strictly before the cursor id; each filter combination uses its index."""
+    params: dict[str, Any] = {**_scope_params(scope), "limit": limit, "before": before}
+    if queue is not None:
+        params["queue"] = queue
+    if state is not None:
+        params["state"] = state
+    name = {
+        (False, False): "task_list",
+        (False, True): "task_list_by_state",
+        (True, False): "task_list_by_queue",
+        (True, True): "task_list_by_queue_state",
+    }[(queue is not None, state is not None)]
+    return [_task(r) for r in await tx.fetch_all(name, params)]
+
+
+async def task_ready_insert(tx: Tx, task: TaskRecord) -> None:
+    """Put a pending task into the claim range."""
+    await tx.execute(
+        "task_ready_insert",
+        {
+            **_scope_params(task.scope),
+            "task_id": task.id,
+            "queue": task.queue,
+            "type": task.type,
+            "priority": task.priority,
+            "run_at": task.run_at,
+            "fairness_key": task.fairness_key or "",
+            "concurrency_key": task.concurrency_key,
+            "handler_version": task.handler_version,
+            "gate_id": task.gate_id,
+        },
+    )
+
+
+async def task_ready_delete(tx: Tx, task_id: str) -> bool:
+    return await tx.execute("task_ready_delete", {"task_id": task_id}) == 1
+
+
+async def task_finish_unstarted(
+    tx: Tx,
+    task: TaskRecord,
+    *,
+    state: str,
+    reason: str | None,
+    now: datetime,
+) -> bool:
+    """End a task that never started (cancel), fenced by its state and lease epoch."""
+    changed = await tx.execute(
+        "task_finish_unstarted",
+        {
+            "id": task.id,
+            "state": state,
+            "reason": reason,
+            "now": now,
+            "expected_state": task.state,
+            "lease_epoch": task.lease_epoch,
+        },
+    )
+    return changed == 1
+
+
+async def task_request_cancel(tx: Tx, task_id: str, reason: str | None, now: datetime) -> bool:
+    """Flag a running task for cancellation; answers False if it was not running or flagged."""
+    changed = await tx.execute("task_request_cancel", {"id": task_id, "reason": reason, "now": now})
+    return changed == 1
+
+
+async def task_event_insert(tx: Tx, event: TaskEventRecord) -> bool:
+    """Write a result event; answers False when this (task, attempt, state) already has one."""
+    try:
+        await tx.execute(
+            "task_event_insert",
+            {
+                **_scope_params(event.scope),
+                "id": event.id,
+                "task_id": event.task_id,
+                "attempt": event.attempt,
+                "state": event.state,
+                "owner_kind": event.owner_kind,
+                "owner_id": event.owner_id,
+                "created_at": event.created_at,
+            },
+        )
+    except DuplicateKey:
+        return False
+    return True
+
+
+async def task_event_list_pending(tx: Tx, *, limit: int, after: str = "") -> list[TaskEventRecord]:
+    rows = await tx.fetch_all("task_event_list_pending", {"after": after, "limit": limit})
+    return [
+        TaskEventRecord(
+            id=str(r["id"]),
+            scope=Scope(str(r["tenant"]), str(r["environment"])),
+            task_id=str(r["task_id"]),
+            attempt=int(r["attempt"]),
+            state=str(r["state"]),
+            owner_kind=r["owner_kind"],
+            owner_id=r["owner_id"],
+            created_at=r["created_at"],
+        )
+        for r in rows
+    ]
+
+
+async def attempt_list(tx: Tx, task_id: str) -> list[AttemptRecord]:
+    rows = await tx.fetch_all("attempt_list", {"task_id": task_id})
+    return [
+        AttemptRecord(
+            task_id=str(r["task_id"]),
+            number=int(r["number"]),
+            state=str(r["state"]),
+            cause=r["cause"],
+            worker_id=r["worker_id"],
+            session_id=r["session_id"],
+            node=r["node"],
+            leased_at=r["leased_at"],
+            started_at=r["started_at"],
+            ended_at=r["ended_at"],
+            lease_expires_at=r["lease_expires_at"],
+            error=_unjson(r["error"]),
+        )
+        for r in rows
+    ]

@@ -1,0 +1,264 @@
+"""Conformance: every Pulse store method, on every dialect."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+import pytest
+
+from orbit_server.clock import FakeClock
+from orbit_server.pulse.model import Owner, TaskSpec, new_task
+from orbit_server.scope import Scope
+from orbit_server.store import Database, Tx
+from orbit_server.store import pulse as store
+from orbit_server.store.base import DuplicateKey
+from orbit_server.store.pulse import TaskEventRecord, TaskRecord
+
+SCOPE = Scope("acme", "prod")
+OTHER = Scope("acme", "staging")
+
+
+def task(clock: FakeClock, task_id: str, scope: Scope = SCOPE, **spec: object) -> TaskRecord:
+    fields: dict[str, object] = {"queue": "emails", "type": "send"}
+    fields.update(spec)
+    return new_task(
+        TaskSpec(**fields),  # type: ignore[arg-type]
+        task_id=task_id,
+        scope=scope,
+        now=clock.now(),
+        default_timeout_ms=300_000,
+    )
+
+
+async def insert(db: Database, *tasks: TaskRecord) -> None:
+    async def unit(tx: Tx) -> None:
+        for t in tasks:
+            await store.task_insert(tx, t)
+
+    await db.run(unit)
+
+
+@pytest.mark.covers("queue_ensure", "queue_get", "queue_list", "queue_update_settings")
+async def test_queues_are_created_once_listed_and_configured(
+    db: Database, clock: FakeClock
+) -> None:
+    async def unit(tx: Tx) -> tuple[bool, bool]:
+        first = await store.queue_ensure(tx, SCOPE, "emails", clock.now())
+        again = await store.queue_ensure(tx, SCOPE, "emails", clock.now())
+        await store.queue_ensure(tx, SCOPE, "reports", clock.now())
+        await store.queue_ensure(tx, OTHER, "emails", clock.now())
+        return first, again
+
+    assert await db.run(unit) == (True, False)
+    later = clock.advance(1000)
+
+    async def configure(tx: Tx) -> None:
+        await store.queue_update_settings(
+            tx, SCOPE, "emails", paused=True, concurrency_limit=5, key_concurrency=2,
+            max_pending=100, now=later,
+        )  # fmt: skip
+
+    await db.run(configure)
+
+    async def read(tx: Tx) -> tuple[object, ...]:
+        return (
+            await store.queue_get(tx, SCOPE, "emails"),
+            await store.queue_get(tx, SCOPE, "emails", lock=True),
+            await store.queue_get(tx, SCOPE, "missing"),
+            [q.name for q in await store.queue_list(tx, SCOPE, limit=10)],
+            [q.name for q in await store.queue_list(tx, SCOPE, limit=10, after="emails")],
+        )
+
+    plain, locked, missing, names, after = await db.run(read)
+    assert plain == locked and missing is None
+    assert isinstance(plain, store.QueueRecord)
+    assert (plain.paused, plain.concurrency_limit, plain.key_concurrency, plain.max_pending) == (
+        True,
+        5,
+        2,
+        100,
+    )
+    assert plain.updated_at == later and plain.created_at < later
+    assert names == ["emails", "reports"] and after == ["reports"]
+
+
+@pytest.mark.covers("queue_add_counts", "key_permit_ensure", "key_permit_add", "key_permit_active")
+async def test_counters_and_key_permits_move_by_deltas(db: Database, clock: FakeClock) -> None:
+    async def unit(tx: Tx) -> tuple[int, int, int]:
+        await store.queue_ensure(tx, SCOPE, "emails", clock.now())
+        await store.queue_add_counts(tx, SCOPE, "emails", pending=5, now=clock.now())
+        await store.queue_add_counts(tx, SCOPE, "emails", pending=-2, active=2, now=clock.now())
+        await store.key_permit_ensure(tx, SCOPE, "emails", "user-1")
+        await store.key_permit_ensure(tx, SCOPE, "emails", "user-1")  # idempotent
+        await store.key_permit_add(tx, SCOPE, "emails", "user-1", 2)
+        await store.key_permit_add(tx, SCOPE, "emails", "user-1", -1)
+        queue = await store.queue_get(tx, SCOPE, "emails")
+        assert queue is not None
+        active = await store.key_permit_active(tx, SCOPE, "emails", "user-1")
+        return queue.pending, queue.active, active
+
+    assert await db.run(unit) == (3, 2, 1)
+    none = await db.read(lambda tx: store.key_permit_active(tx, SCOPE, "emails", "nobody"))
+    assert none == 0
+
+
+@pytest.mark.covers("task_insert", "task_get", "task_get_by_idempotency_key")
+async def test_tasks_round_trip_with_every_field(db: Database, clock: FakeClock) -> None:
+    full = task(
+        clock,
+        "t1",
+        params={"user": 42, "tags": ["a", "b"], "nested": {"x": 1.5}},
+        idempotency_key="welcome-42",
+        priority=7,
+        concurrency_key="user-42",
+        fairness_key="shop-7",
+        handler_version="2",
+        labels={"team": "growth"},
+        owner=Owner("workflow", "wf_1", "send"),
+        traceparent="00-" + "a" * 32 + "-" + "b" * 16 + "-01",
+    )
+    await insert(db, full)
+
+    async def read(tx: Tx) -> tuple[object, ...]:
+        return (
+            await store.task_get(tx, SCOPE, "t1"),
+            await store.task_get(tx, SCOPE, "t1", lock=True),
+            await store.task_get(tx, OTHER, "t1"),
+            await store.task_get_by_idempotency_key(tx, SCOPE, "welcome-42"),
+            await store.task_get_by_idempotency_key(tx, OTHER, "welcome-42"),
+        )
+
+    found, locked, foreign, by_key, foreign_key = await db.run(read)
+    assert found == full and locked == full and by_key == full
+    assert foreign is None and foreign_key is None
+
+
+@pytest.mark.covers("task_insert")
+async def test_an_idempotency_key_is_unique_per_scope(db: Database, clock: FakeClock) -> None:
+    await insert(db, task(clock, "t1", idempotency_key="k"), task(clock, "t2"), task(clock, "t3"))
+    await insert(db, task(clock, "t4", OTHER, idempotency_key="k"))  # another scope: fine
+    with pytest.raises(DuplicateKey):
+        await insert(db, task(clock, "t5", idempotency_key="k"))
+
+
+@pytest.mark.covers("task_list")
+async def test_task_lists_page_newest_first_by_filter(db: Database, clock: FakeClock) -> None:
+    tasks = [task(clock, f"t{i}", queue="a" if i % 2 else "b") for i in range(6)]
+    tasks[5] = dataclasses.replace(tasks[5], state="scheduled")
+    await insert(db, *tasks, task(clock, "x9", OTHER))
+
+    async def ids(**filters: object) -> list[str]:
+        async def unit(tx: Tx) -> list[TaskRecord]:
+            return await store.task_list(tx, SCOPE, **filters)  # type: ignore[arg-type]
+
+        return [t.id for t in await db.read(unit)]
+
+    assert await ids(limit=3) == ["t5", "t4", "t3"]
+    assert await ids(limit=3, before="t3") == ["t2", "t1", "t0"]
+    assert await ids(limit=10, queue="a") == ["t5", "t3", "t1"]
+    assert await ids(limit=10, state="scheduled") == ["t5"]
+    assert await ids(limit=10, queue="a", state="pending") == ["t3", "t1"]
+    assert await ids(limit=10, queue="a", state="pending", before="t3") == ["t1"]
+
+
+@pytest.mark.covers(
+    "task_ready_insert", "task_ready_delete", "queue_oldest_ready_at", "queue_state_counts"
+)
+async def test_the_claim_range_and_queue_statistics(db: Database, clock: FakeClock) -> None:
+    first = task(clock, "t1")
+    clock.advance(1000)
+    second = task(clock, "t2")
+    scheduled = dataclasses.replace(task(clock, "t3"), state="scheduled")
+
+    async def unit(tx: Tx) -> None:
+        await store.queue_ensure(tx, SCOPE, "emails", clock.now())
+        for t in (first, second, scheduled):
+            await store.task_insert(tx, t)
+        await store.task_ready_insert(tx, first)
+        await store.task_ready_insert(tx, second)
+
+    await db.run(unit)
+
+    async def stats(tx: Tx) -> tuple[object, dict[str, int]]:
+        return (
+            await store.queue_oldest_ready_at(tx, SCOPE, "emails"),
+            await store.queue_state_counts(tx, SCOPE, "emails"),
+        )
+
+    assert await db.read(stats) == (first.run_at, {"pending": 2, "scheduled": 1})
+    assert await db.run(lambda tx: store.task_ready_delete(tx, "t1")) is True
+    assert await db.run(lambda tx: store.task_ready_delete(tx, "t1")) is False
+    oldest, _ = await db.read(stats)
+    assert oldest == second.run_at
+    await db.run(lambda tx: store.task_ready_delete(tx, "t2"))
+    assert (await db.read(stats))[0] is None
+
+
+@pytest.mark.covers("task_finish_unstarted", "task_request_cancel")
+async def test_unstarted_tasks_finish_fenced_and_running_ones_are_asked(
+    db: Database, clock: FakeClock
+) -> None:
+    pending = task(clock, "t1")
+    running = dataclasses.replace(task(clock, "t2"), state="running")
+    await insert(db, pending, running)
+    now = clock.advance(timedelta(seconds=1))
+
+    async def finish(tx: Tx) -> bool:
+        return await store.task_finish_unstarted(
+            tx, pending, state="cancelled", reason="r", now=now
+        )
+
+    assert await db.run(finish) is True
+    assert await db.run(finish) is False  # the row is no longer pending: fenced
+    stale = dataclasses.replace(running, state="running", lease_epoch=99)
+
+    async def wrong_epoch(tx: Tx) -> bool:
+        return await store.task_finish_unstarted(tx, stale, state="cancelled", reason=None, now=now)
+
+    assert await db.run(wrong_epoch) is False
+
+    async def ask(tx: Tx) -> bool:
+        return await store.task_request_cancel(tx, "t2", "stop", now)
+
+    assert await db.run(ask) is True
+    assert await db.run(ask) is False  # already asked
+    assert await db.run(lambda tx: store.task_request_cancel(tx, "t1", None, now)) is False
+    done = await db.read(lambda tx: store.task_get(tx, SCOPE, "t1"))
+    asked = await db.read(lambda tx: store.task_get(tx, SCOPE, "t2"))
+    assert done is not None and done.state == "cancelled" and done.finished_at == now
+    assert done.cancel_reason == "r"
+    assert asked is not None and asked.state == "running" and asked.cancel_requested
+
+
+@pytest.mark.covers("task_event_insert", "task_event_list_pending")
+async def test_result_events_are_unique_per_task_attempt_and_state(
+    db: Database, clock: FakeClock
+) -> None:
+    def event(i: int, state: str = "succeeded", attempt: int = 1) -> TaskEventRecord:
+        return TaskEventRecord(
+            id=f"evt_{i:02d}", scope=SCOPE, task_id=f"t{i}", attempt=attempt, state=state,
+            owner_kind="workflow" if i % 2 else None, owner_id="wf" if i % 2 else None,
+            created_at=clock.now(),
+        )  # fmt: skip
+
+    async def unit(tx: Tx) -> list[bool]:
+        return [
+            await store.task_event_insert(tx, event(1)),
+            await store.task_event_insert(tx, event(2)),
+            await store.task_event_insert(tx, dataclasses.replace(event(1), id="evt_99")),
+            await store.task_event_insert(tx, event(3, "needs_review")),
+        ]
+
+    assert await db.run(unit) == [True, True, False, True]
+    first = await db.read(lambda tx: store.task_event_list_pending(tx, limit=2))
+    assert [e.id for e in first] == ["evt_01", "evt_02"]
+    assert first[0].owner_kind == "workflow" and first[0].created_at == clock.now()
+    rest = await db.read(lambda tx: store.task_event_list_pending(tx, limit=2, after="evt_02"))
+    assert [(e.id, e.state) for e in rest] == [("evt_03", "needs_review")]
+
+
+@pytest.mark.covers("attempt_list")
+async def test_a_task_without_leases_has_no_attempts(db: Database, clock: FakeClock) -> None:
+    await insert(db, task(clock, "t1"))
+    assert await db.read(lambda tx: store.attempt_list(tx, "t1")) == []
