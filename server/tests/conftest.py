@@ -89,7 +89,9 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def settings() -> Settings:
-    return Settings.load(environ={}, flags={"max_body_bytes": 64 * 1024})
+    return Settings.load(
+        environ={}, flags={"max_body_bytes": 64 * 1024, "max_params_bytes": 16 * 1024}
+    )
 
 
 @pytest.fixture
