@@ -14,11 +14,11 @@ import httpx2
 import pytest
 
 from orbit_server.api.app import OrbitApp
+from orbit_server.audit import Actor
 from orbit_server.bootstrap import build_node
 from orbit_server.clock import FakeClock
 from orbit_server.config import Settings
 from orbit_server.governance.keys import Role
-from orbit_server.governance.service import Actor
 from orbit_server.runtime.node import Node
 from orbit_server.scope import Scope
 from orbit_server.store import Database, open_database

@@ -5,12 +5,16 @@ from __future__ import annotations
 import structlog
 
 from orbit_server.api.app import OrbitApp
+from orbit_server.audit import AuditWriter
 from orbit_server.clock import Clock, SystemClock
 from orbit_server.config import ServerRole, Settings
-from orbit_server.governance.service import AuditService, AuditWriter, KeyService
+from orbit_server.governance.service import AuditService, KeyService
 from orbit_server.observability.metrics import Metrics
+from orbit_server.pulse.gates import GateService
+from orbit_server.pulse.loops import recovery_loop
 from orbit_server.pulse.service import QueueService, TaskService
 from orbit_server.pulse.watch import TaskWatch
+from orbit_server.pulse.worker import WorkerService
 from orbit_server.runtime.health import ReadinessProbe
 from orbit_server.runtime.node import Node
 from orbit_server.runtime.roles import Supervisor
@@ -58,6 +62,9 @@ async def build_node(
         metrics.role_enabled.labels(str(role)).set(1 if settings.has_role(role) else 0)
     audit_writer = AuditWriter(clock)
     supervisor = Supervisor(settings.roles)
+    watch = TaskWatch()
+    workers = WorkerService(db, clock, watch, lease_ms=settings.lease_ms)
+    supervisor.register(ServerRole.RECOVERY, "lease-recovery", lambda: recovery_loop(workers))
     return Node(
         settings=settings,
         clock=clock,
@@ -70,9 +77,11 @@ async def build_node(
         keys=KeyService(db, clock, audit_writer),
         audit=AuditService(db),
         tasks=TaskService(
-            db, clock, audit_writer, TaskWatch(), default_timeout_ms=settings.task_timeout_ms
+            db, clock, audit_writer, watch, default_timeout_ms=settings.task_timeout_ms
         ),
         queues=QueueService(db, clock, audit_writer),
+        workers=workers,
+        gates=GateService(db, clock),
     )
 
 

@@ -8,12 +8,13 @@ from contextlib import asynccontextmanager
 
 import typer
 
+from orbit_server.audit import Actor, AuditWriter
 from orbit_server.bootstrap import database_for
 from orbit_server.clock import SystemClock, to_rfc3339
 from orbit_server.config import Settings
 from orbit_server.errors import NotFound, OrbitError
 from orbit_server.governance.keys import parse_roles
-from orbit_server.governance.service import Actor, AuditWriter, KeyService
+from orbit_server.governance.service import KeyService
 from orbit_server.scope import Scope
 from orbit_server.store import Database
 from orbit_server.store.governance import ApiKeyRecord

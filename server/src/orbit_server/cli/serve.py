@@ -13,12 +13,12 @@ from pathlib import Path
 import structlog
 import uvicorn
 
+from orbit_server.audit import Actor
 from orbit_server.bootstrap import SchemaNotCurrent, build_app, build_node, database_for
 from orbit_server.cli.admin import report_error
 from orbit_server.config import Settings
 from orbit_server.errors import OrbitError, Unauthenticated
 from orbit_server.governance.keys import ALL_ROLES
-from orbit_server.governance.service import Actor
 from orbit_server.observability.logging import configure_logging
 from orbit_server.runtime.node import Node
 from orbit_server.scope import Scope

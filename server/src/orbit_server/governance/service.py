@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from orbit_server.audit import Actor, AuditWriter
 from orbit_server.clock import Clock
 from orbit_server.errors import InvalidRequest, NotFound, Unauthenticated
 from orbit_server.governance.keys import (
@@ -16,51 +16,10 @@ from orbit_server.governance.keys import (
     parse_token,
     secret_matches,
 )
-from orbit_server.ids import new_id
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
 from orbit_server.store import governance as gov
 from orbit_server.store.governance import ApiKeyRecord, AuditRecord
-
-
-@dataclass(frozen=True, slots=True)
-class Actor:
-    """Who performs a control operation, for the audit log."""
-
-    name: str
-    request_id: str | None = None
-
-
-class AuditWriter:
-    """Writes audit records inside the caller's transaction, so they commit with the change."""
-
-    def __init__(self, clock: Clock) -> None:
-        self._clock = clock
-
-    async def record(
-        self,
-        tx: Tx,
-        *,
-        scope: Scope,
-        actor: Actor,
-        action: str,
-        target_kind: str,
-        target_id: str,
-        details: dict[str, Any] | None = None,
-    ) -> AuditRecord:
-        record = AuditRecord(
-            id=new_id("aud_"),
-            scope=scope,
-            actor=actor.name,
-            action=action,
-            target_kind=target_kind,
-            target_id=target_id,
-            details=details or {},
-            request_id=actor.request_id,
-            created_at=self._clock.now(),
-        )
-        await gov.audit_insert(tx, record)
-        return record
 
 
 @dataclass(frozen=True, slots=True)

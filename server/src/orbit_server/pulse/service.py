@@ -14,15 +14,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from orbit_server.audit import Actor, AuditWriter
 from orbit_server.clock import Clock
 from orbit_server.errors import IdempotencyConflict, NotFound, QueueFull, StateConflict
-from orbit_server.governance.service import Actor, AuditWriter
 from orbit_server.ids import new_id
 from orbit_server.pulse.model import TaskSpec, new_task
 from orbit_server.pulse.states import HOLDS_PERMITS, Event, IllegalTransition, TaskState, decide
 from orbit_server.pulse.watch import TaskWatch
 from orbit_server.scope import Scope
 from orbit_server.store import Database, DuplicateKey, Tx
+from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
 from orbit_server.store.pulse import AttemptRecord, QueueRecord, TaskEventRecord, TaskRecord
 
@@ -268,6 +269,11 @@ class TaskService:
                 ):
                     raise StateConflict("the task changed meanwhile; read it and try again")
                 await self._leave(tx, task, state, now)
+                if state is TaskState.LEASED:
+                    await lstore.attempt_update(
+                        tx, task.id, task.lease_epoch, state="cancelled", cause="cancel",
+                        ended_at=now,
+                    )  # fmt: skip
                 await self._emit(tx, task, decision.after, now)
             await self._audit.record(
                 tx,

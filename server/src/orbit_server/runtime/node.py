@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from orbit_server.audit import AuditWriter
 from orbit_server.clock import Clock
 from orbit_server.config import Settings
-from orbit_server.governance.service import AuditService, AuditWriter, KeyService
+from orbit_server.governance.service import AuditService, KeyService
 from orbit_server.observability.metrics import Metrics
+from orbit_server.pulse.gates import GateService
 from orbit_server.pulse.service import QueueService, TaskService
+from orbit_server.pulse.worker import WorkerService
 from orbit_server.runtime.health import ReadinessProbe
 from orbit_server.runtime.roles import Supervisor
 from orbit_server.store import Database, ServerInfo
@@ -28,6 +31,8 @@ class Node:
     audit: AuditService
     tasks: TaskService
     queues: QueueService
+    workers: WorkerService
+    gates: GateService
 
     async def start(self) -> None:
         await self.supervisor.start()

@@ -127,7 +127,7 @@ def _queue(row: Row) -> QueueRecord:
     )
 
 
-def _task(row: Row) -> TaskRecord:
+def task_from_row(row: Row) -> TaskRecord:
     return TaskRecord(
         id=str(row["id"]),
         scope=Scope(str(row["tenant"]), str(row["environment"])),
@@ -320,14 +320,14 @@ async def task_get(tx: Tx, scope: Scope, task_id: str, *, lock: bool = False) ->
     row = await tx.fetch_one(
         "task_lock" if lock else "task_get", {**_scope_params(scope), "id": task_id}
     )
-    return None if row is None else _task(row)
+    return None if row is None else task_from_row(row)
 
 
 async def task_get_by_idempotency_key(tx: Tx, scope: Scope, key: str) -> TaskRecord | None:
     row = await tx.fetch_one(
         "task_get_by_idempotency_key", {**_scope_params(scope), "idempotency_key": key}
     )
-    return None if row is None else _task(row)
+    return None if row is None else task_from_row(row)
 
 
 async def task_list(
@@ -351,7 +351,7 @@ async def task_list(
         (True, False): "task_list_by_queue",
         (True, True): "task_list_by_queue_state",
     }[(queue is not None, state is not None)]
-    return [_task(r) for r in await tx.fetch_all(name, params)]
+    return [task_from_row(r) for r in await tx.fetch_all(name, params)]
 
 
 async def task_ready_insert(tx: Tx, task: TaskRecord) -> None:
@@ -446,20 +446,21 @@ async def task_event_list_pending(tx: Tx, *, limit: int, after: str = "") -> lis
 
 async def attempt_list(tx: Tx, task_id: str) -> list[AttemptRecord]:
     rows = await tx.fetch_all("attempt_list", {"task_id": task_id})
-    return [
-        AttemptRecord(
-            task_id=str(r["task_id"]),
-            number=int(r["number"]),
-            state=str(r["state"]),
-            cause=r["cause"],
-            worker_id=r["worker_id"],
-            session_id=r["session_id"],
-            node=r["node"],
-            leased_at=r["leased_at"],
-            started_at=r["started_at"],
-            ended_at=r["ended_at"],
-            lease_expires_at=r["lease_expires_at"],
-            error=_unjson(r["error"]),
-        )
-        for r in rows
-    ]
+    return [attempt_from_row(r) for r in rows]
+
+
+def attempt_from_row(r: Row) -> AttemptRecord:
+    return AttemptRecord(
+        task_id=str(r["task_id"]),
+        number=int(r["number"]),
+        state=str(r["state"]),
+        cause=r["cause"],
+        worker_id=r["worker_id"],
+        session_id=r["session_id"],
+        node=r["node"],
+        leased_at=r["leased_at"],
+        started_at=r["started_at"],
+        ended_at=r["ended_at"],
+        lease_expires_at=r["lease_expires_at"],
+        error=_unjson(r["error"]),
+    )

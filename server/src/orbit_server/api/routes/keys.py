@@ -11,9 +11,9 @@ from orbit_server.api.context import current_request_id
 from orbit_server.api.deps import NodeDep, PrincipalDep
 from orbit_server.api.pagination import decode_cursor, next_cursor, page_limit
 from orbit_server.api.wire import ApiKey, ApiKeyList, CreatedApiKey, KeyCreate, WhoAmI
+from orbit_server.audit import Actor
 from orbit_server.errors import InvalidRequest
 from orbit_server.governance.keys import ALL_ROLES, Principal, Role, parse_roles
-from orbit_server.governance.service import Actor
 
 
 def _actor(principal: Principal) -> Actor:

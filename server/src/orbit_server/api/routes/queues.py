@@ -11,9 +11,9 @@ from orbit_server.api.context import current_request_id
 from orbit_server.api.deps import NodeDep, PrincipalDep
 from orbit_server.api.pagination import decode_cursor, next_cursor, page_limit
 from orbit_server.api.wire_tasks import Queue, QueueList, QueueUpdate
+from orbit_server.audit import Actor
 from orbit_server.errors import InvalidRequest
 from orbit_server.governance.keys import Role
-from orbit_server.governance.service import Actor
 from orbit_server.pulse.service import QueueSettings
 
 

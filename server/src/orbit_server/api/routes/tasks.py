@@ -21,10 +21,10 @@ from orbit_server.api.wire_tasks import (
     TaskList,
     TaskSubmit,
 )
+from orbit_server.audit import Actor
 from orbit_server.config import Settings
 from orbit_server.errors import InvalidRequest, PayloadTooLarge
 from orbit_server.governance.keys import Principal, Role
-from orbit_server.governance.service import Actor
 from orbit_server.pulse.model import TaskSpec
 from orbit_server.pulse.retry import RetryPolicy
 from orbit_server.pulse.states import SideEffect, TaskState

@@ -109,7 +109,8 @@ CREATE TABLE IF NOT EXISTS tasks (
   KEY tasks_due (state, run_at),
   KEY tasks_lease (state, lease_expires_at),
   KEY tasks_finished (state, finished_at),
-  KEY tasks_owner (owner_kind, owner_id)
+  KEY tasks_owner (owner_kind, owner_id),
+  KEY tasks_session (session_id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE IF NOT EXISTS task_ready (

@@ -121,6 +121,8 @@ CREATE INDEX IF NOT EXISTS tasks_finished ON tasks (state, finished_at);
 
 CREATE INDEX IF NOT EXISTS tasks_owner ON tasks (owner_kind, owner_id);
 
+CREATE INDEX IF NOT EXISTS tasks_session ON tasks (session_id);
+
 
 CREATE TABLE IF NOT EXISTS task_ready (
   task_id TEXT NOT NULL,

@@ -1,0 +1,49 @@
+"""Execution gates (SPEC P8): open/closed with a version, checked by claim and start under the
+row lock that closing takes. Weave closes a workflow's gate to pause it."""
+
+from __future__ import annotations
+
+from orbit_server.clock import Clock
+from orbit_server.errors import NotFound
+from orbit_server.ids import new_id
+from orbit_server.scope import Scope
+from orbit_server.store import Database, Tx
+from orbit_server.store import leases as lstore
+from orbit_server.store.leases import GateRecord
+
+
+class GateService:
+    def __init__(self, db: Database, clock: Clock) -> None:
+        self._db = db
+        self._clock = clock
+
+    async def create(self, scope: Scope) -> str:
+        gate_id = new_id("gate_")
+
+        async def unit(tx: Tx) -> None:
+            await lstore.gate_create(tx, scope, gate_id, self._clock.now())
+
+        await self._db.run(unit)
+        return gate_id
+
+    async def set_open(self, scope: Scope, gate_id: str, *, open_: bool) -> GateRecord:
+        """Open or close; once a close has committed no claim or start of its tasks succeeds."""
+
+        async def unit(tx: Tx) -> GateRecord | None:
+            if not await lstore.gate_set(tx, scope, gate_id, open_=open_, now=self._clock.now()):
+                return None
+            return await lstore.gate_get(tx, scope, gate_id)
+
+        gate = await self._db.run(unit)
+        if gate is None:
+            raise NotFound("no such gate")
+        return gate
+
+    async def get(self, scope: Scope, gate_id: str) -> GateRecord:
+        async def unit(tx: Tx) -> GateRecord | None:
+            return await lstore.gate_get(tx, scope, gate_id)
+
+        gate = await self._db.read(unit)
+        if gate is None:
+            raise NotFound("no such gate")
+        return gate

@@ -1,0 +1,509 @@
+"""Pulse's worker-side service: the interface the WebSocket gateway calls (SPEC P2, P4–P8, D1).
+
+Every holder write is fenced by task id + attempt (lease epoch) + lease token: a stale holder
+never renews, completes or releases anything. Every move out of ``leased``/``running`` gives the
+queue and key permits back and, for terminal and ``needs_review`` states, writes the result
+event, all in the transaction that changes the state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from orbit_server.clock import Clock
+from orbit_server.ids import new_id
+from orbit_server.pulse.retry import RetryPolicy
+from orbit_server.pulse.states import (
+    Event,
+    SideEffect,
+    TaskState,
+    decide,
+    failure_event,
+    lease_lost_event,
+)
+from orbit_server.pulse.watch import TaskWatch
+from orbit_server.scope import Scope
+from orbit_server.store import Database, Tx
+from orbit_server.store import leases as lstore
+from orbit_server.store import pulse as store
+from orbit_server.store.leases import Candidate
+from orbit_server.store.pulse import TaskEventRecord, TaskRecord
+
+FAIRNESS_KEYS_PER_CLAIM = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """Who holds leases: a worker connection on a node."""
+
+    session_id: str
+    node: str
+    worker_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Want:
+    """Free capacity of a session for one (queue, type); ``versions`` empty = any version."""
+
+    queue: str
+    type: str
+    free: int
+    versions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRef:
+    task_id: str
+    attempt: int
+    lease_token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    ref: LeaseRef
+    task: TaskRecord
+    expires_at: datetime
+
+
+class StartVerdict(StrEnum):
+    STARTED = "started"
+    DENIED_GATE = "denied_gate"  # the task's gate closed after the claim: back to pending
+    STALE = "stale"  # the lease no longer holds (cancelled, expired, re-claimed)
+
+
+class RenewVerdict(StrEnum):
+    RENEWED = "renewed"
+    CANCEL_REQUESTED = "cancel_requested"  # renewed, and the worker should stop cooperatively
+    STALE = "stale"
+
+
+class Outcome(StrEnum):
+    ACCEPTED = "accepted"
+    ALREADY = "already"  # a resend of a result this attempt already reported: acknowledge
+    STALE = "stale"
+
+
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    ref: LeaseRef
+    verdict: RenewVerdict
+    expires_at: datetime | None
+
+
+class WorkerService:
+    def __init__(self, db: Database, clock: Clock, watch: TaskWatch, *, lease_ms: int) -> None:
+        self._db = db
+        self._clock = clock
+        self._watch = watch
+        self._lease = timedelta(milliseconds=lease_ms)
+
+    # -- claim --------------------------------------------------------------------------------
+
+    async def claim(
+        self, scope: Scope, session: Session, wants: Sequence[Want], *, limit: int
+    ) -> list[Lease]:
+        """Lease up to ``limit`` tasks for the session's free capacity, in one transaction."""
+        if limit <= 0:
+            return []
+
+        async def unit(tx: Tx) -> list[Lease]:
+            now = self._clock.now()
+            token = new_id("lse_")
+            budget = limit
+            leases: list[Lease] = []
+            for want in sorted(wants, key=lambda w: (w.queue, w.type)):
+                if budget <= 0:
+                    break
+                take = min(budget, want.free)
+                if take <= 0:
+                    continue
+                got = await self._claim_one(tx, scope, session, want, take, token, now)
+                leases.extend(got)
+                budget -= len(got)
+            return leases
+
+        return await self._db.run(unit)
+
+    async def _claim_one(
+        self,
+        tx: Tx,
+        scope: Scope,
+        session: Session,
+        want: Want,
+        take: int,
+        token: str,
+        now: datetime,
+    ) -> list[Lease]:
+        queue = await store.queue_get(tx, scope, want.queue, lock=True)
+        if queue is None or queue.paused:
+            return []
+        if queue.concurrency_limit is not None:
+            take = min(take, queue.concurrency_limit - queue.active)
+            if take <= 0:
+                return []
+        candidates = await self._fair_candidates(tx, scope, want, take)
+        if want.versions:
+            candidates = [
+                c
+                for c in candidates
+                if c.handler_version is None or c.handler_version in want.versions
+            ]
+        gates = await lstore.gates_open(tx, [c.gate_id for c in candidates if c.gate_id])
+        candidates = [c for c in candidates if c.gate_id is None or gates.get(c.gate_id, False)]
+        keyed = [c.concurrency_key for c in candidates if c.concurrency_key is not None]
+        permits = await lstore.key_permits_lock(tx, scope, want.queue, keyed)
+        chosen: list[Candidate] = []
+        taken_per_key: dict[str, int] = defaultdict(int)
+        for candidate in candidates:
+            if len(chosen) >= take:
+                break
+            key = candidate.concurrency_key
+            if key is not None:
+                if permits[key] + taken_per_key[key] >= queue.key_concurrency:
+                    continue
+                taken_per_key[key] += 1
+            chosen.append(candidate)
+        if not chosen:
+            return []
+        ids = [c.task_id for c in chosen]
+        await lstore.ready_delete_many(tx, ids)
+        expires_at = now + self._lease
+        leased = await lstore.tasks_lease_many(
+            tx,
+            ids,
+            lease_token=token,
+            expires_at=expires_at,
+            session_id=session.session_id,
+            node=session.node,
+            worker_id=session.worker_id,
+            now=now,
+        )
+        await lstore.attempts_insert(tx, leased, now)
+        await store.queue_add_counts(
+            tx, scope, want.queue, pending=-len(leased), active=len(leased), now=now
+        )
+        for key, count in sorted(taken_per_key.items()):
+            await store.key_permit_add(tx, scope, want.queue, key, count)
+        return [Lease(LeaseRef(t.id, t.lease_epoch, token), t, expires_at) for t in leased]
+
+    async def _fair_candidates(
+        self, tx: Tx, scope: Scope, want: Want, take: int
+    ) -> list[Candidate]:
+        """Rotate over fairness keys: each key with ready work gets an equal share of the
+        batch first, then the rest is filled in plain claim order (SPEC P7)."""
+        # Read beyond ``take`` so that rows skipped for permits, gates or versions do not
+        # starve the batch; bounded so one claim never scans the whole backlog.
+        scan = min(max(take * 2, take + 16), 2000)
+        keys = await lstore.ready_fairness_keys(
+            tx, scope, want.queue, want.type, limit=FAIRNESS_KEYS_PER_CLAIM
+        )
+        if len(keys) <= 1:
+            return await lstore.ready_candidates(tx, scope, want.queue, want.type, limit=scan)
+        share = max(1, math.ceil(scan / len(keys)))
+        picked: dict[str, Candidate] = {}
+        for key in keys:
+            for c in await lstore.ready_candidates(
+                tx, scope, want.queue, want.type, limit=share, fairness_key=key
+            ):
+                picked[c.task_id] = c
+        if len(picked) < scan:
+            for c in await lstore.ready_candidates(tx, scope, want.queue, want.type, limit=scan):
+                picked.setdefault(c.task_id, c)
+        # Interleave keys so the first ``take`` rows alternate between them.
+        per_key: dict[str, list[Candidate]] = defaultdict(list)
+        for c in picked.values():
+            per_key[c.fairness_key].append(c)
+        ordered: list[Candidate] = []
+        while any(per_key.values()):
+            for key in sorted(per_key):
+                if per_key[key]:
+                    ordered.append(per_key[key].pop(0))
+        return ordered
+
+    # -- start, renew -------------------------------------------------------------------------
+
+    async def start(self, ref: LeaseRef) -> StartVerdict:
+        """Confirm the start of a leased task; the gate is checked under its shared lock."""
+
+        async def unit(tx: Tx) -> StartVerdict:
+            now = self._clock.now()
+            task = await lstore.task_lock_fenced(tx, ref.task_id, ref.attempt, ref.lease_token)
+            if task is None or task.state != TaskState.LEASED:
+                return StartVerdict.STALE
+            if task.gate_id is not None:
+                gates = await lstore.gates_open(tx, [task.gate_id])
+                if not gates[task.gate_id]:
+                    decide(TaskState.LEASED, Event.START_DENIED_GATE)
+                    await self._back_to_pending(tx, task, now, cause="gate_closed")
+                    return StartVerdict.DENIED_GATE
+            decide(TaskState.LEASED, Event.START)
+            expires_at = now + self._lease
+            await lstore.task_set_running(
+                tx, task.id, ref.attempt, ref.lease_token, expires_at, now
+            )
+            await lstore.attempt_update(
+                tx,
+                task.id,
+                ref.attempt,
+                state="running",
+                started_at=now,
+                lease_expires_at=expires_at,
+            )
+            return StartVerdict.STARTED
+
+        verdict = await self._db.run(unit)
+        self._watch.notify(ref.task_id)
+        return verdict
+
+    async def renew(self, refs: Sequence[LeaseRef]) -> list[Renewal]:
+        """Extend many leases in one transaction; a verdict per item (fenced)."""
+        if not refs:
+            return []
+
+        async def unit(tx: Tx) -> list[Renewal]:
+            now = self._clock.now()
+            expires_at = now + self._lease
+            for ref in refs:
+                await lstore.task_renew(
+                    tx, ref.task_id, ref.attempt, ref.lease_token, expires_at, now
+                )
+            current = {t.id: t for t in await lstore.tasks_get_many(tx, [r.task_id for r in refs])}
+            out: list[Renewal] = []
+            for ref in refs:
+                task = current.get(ref.task_id)
+                holds = (
+                    task is not None
+                    and task.lease_epoch == ref.attempt
+                    and task.lease_token == ref.lease_token
+                    and task.state in (TaskState.LEASED, TaskState.RUNNING)
+                )
+                if not holds or task is None:
+                    out.append(Renewal(ref, RenewVerdict.STALE, None))
+                elif task.cancel_requested:
+                    out.append(Renewal(ref, RenewVerdict.CANCEL_REQUESTED, expires_at))
+                else:
+                    out.append(Renewal(ref, RenewVerdict.RENEWED, expires_at))
+            return out
+
+        return await self._db.run(unit)
+
+    # -- results ------------------------------------------------------------------------------
+
+    async def complete(self, ref: LeaseRef, result: Any) -> Outcome:
+        return await self._report(ref, Event.COMPLETE, result=result)
+
+    async def fail(self, ref: LeaseRef, error: dict[str, Any], *, retryable: bool) -> Outcome:
+        return await self._report(ref, None, error=error, retryable=retryable)
+
+    async def report_cancelled(self, ref: LeaseRef) -> Outcome:
+        return await self._report(ref, Event.CANCELLED_BY_WORKER)
+
+    async def _report(
+        self,
+        ref: LeaseRef,
+        event: Event | None,
+        *,
+        result: Any = None,
+        error: dict[str, Any] | None = None,
+        retryable: bool = True,
+    ) -> Outcome:
+        async def unit(tx: Tx) -> Outcome:
+            now = self._clock.now()
+            task = await lstore.task_lock_fenced(tx, ref.task_id, ref.attempt, ref.lease_token)
+            if task is None or task.state != TaskState.RUNNING:
+                return await self._already(tx, ref, task)
+            chosen = event or failure_event(
+                retryable, self._policy(task).attempts_left(task.attempts)
+            )
+            await self._end_running(tx, task, chosen, now, result=result, error=error)
+            return Outcome.ACCEPTED
+
+        outcome = await self._db.run(unit)
+        self._watch.notify(ref.task_id)
+        return outcome
+
+    @staticmethod
+    async def _already(tx: Tx, ref: LeaseRef, task: TaskRecord | None) -> Outcome:
+        """A result for an attempt that is not running: acknowledge the resend of a report
+        this attempt already made; refuse anything else (expired, re-claimed, never started)."""
+        if task is None or task.state in (TaskState.LEASED, TaskState.RUNNING):
+            return Outcome.STALE
+        attempt = await lstore.attempt_get(tx, ref.task_id, ref.attempt)
+        if attempt is None or attempt.ended_at is None:
+            return Outcome.STALE
+        reported = attempt.cause not in ("lease_expired", "released", "cancel")
+        return Outcome.ALREADY if reported else Outcome.STALE
+
+    async def _end_running(
+        self,
+        tx: Tx,
+        task: TaskRecord,
+        event: Event,
+        now: datetime,
+        *,
+        result: Any = None,
+        error: dict[str, Any] | None = None,
+        cause: str | None = None,
+    ) -> None:
+        decision = decide(TaskState.RUNNING, event)
+        after = decision.after
+        run_at = None
+        if after is TaskState.SCHEDULED:
+            delay = self._policy(task).backoff_ms(task.attempts)
+            run_at = now + timedelta(milliseconds=delay)
+        changed = await lstore.task_finish(
+            tx,
+            task,
+            state=str(after),
+            now=now,
+            result=result if after is TaskState.SUCCEEDED else None,
+            error=error,
+            run_at=run_at,
+            finished=decision.finished,
+        )
+        if not changed:
+            raise AssertionError("a locked, fenced task changed under its lock")
+        await lstore.attempt_update(
+            tx,
+            task.id,
+            task.lease_epoch,
+            state=str(after) if after is not TaskState.SCHEDULED else "failed",
+            cause=cause or ("error" if error else None),
+            ended_at=now,
+            error=error,
+        )
+        await self._give_back(tx, task, now, now_pending=after is TaskState.SCHEDULED)
+        if decision.emits_event:
+            await self._emit(tx, task, after, now)
+
+    async def _back_to_pending(
+        self, tx: Tx, task: TaskRecord, now: datetime, *, cause: str
+    ) -> None:
+        """Leased work that never started returns without using an attempt."""
+        await lstore.task_return_pending(tx, task, run_at=task.run_at, now=now)
+        returned = await store.task_get(tx, task.scope, task.id)
+        assert returned is not None
+        await store.task_ready_insert(tx, returned)
+        await lstore.attempt_update(
+            tx, task.id, task.lease_epoch, state="released", cause=cause, ended_at=now
+        )
+        await self._give_back(tx, task, now, now_pending=True)
+
+    async def _give_back(
+        self, tx: Tx, task: TaskRecord, now: datetime, *, now_pending: bool
+    ) -> None:
+        await store.queue_add_counts(
+            tx, task.scope, task.queue, active=-1, pending=1 if now_pending else 0, now=now
+        )
+        if task.concurrency_key is not None:
+            await store.key_permit_add(tx, task.scope, task.queue, task.concurrency_key, -1)
+
+    async def _emit(self, tx: Tx, task: TaskRecord, state: TaskState, now: datetime) -> None:
+        await store.task_event_insert(
+            tx,
+            TaskEventRecord(
+                id=new_id("evt_"),
+                scope=task.scope,
+                task_id=task.id,
+                attempt=task.lease_epoch,
+                state=str(state),
+                owner_kind=task.owner_kind,
+                owner_id=task.owner_id,
+                created_at=now,
+            ),
+        )
+
+    @staticmethod
+    def _policy(task: TaskRecord) -> RetryPolicy:
+        return RetryPolicy(
+            max_attempts=task.max_attempts,
+            initial_backoff_ms=task.initial_backoff_ms,
+            backoff_multiplier=task.backoff_multiplier,
+            max_backoff_ms=task.max_backoff_ms,
+        )
+
+    # -- release, reconnect -------------------------------------------------------------------
+
+    async def release(self, refs: Sequence[LeaseRef]) -> list[bool]:
+        """Give back leased work that has not started (drain); True where it was released."""
+
+        async def unit(tx: Tx) -> list[bool]:
+            now = self._clock.now()
+            out = []
+            for ref in refs:
+                task = await lstore.task_lock_fenced(tx, ref.task_id, ref.attempt, ref.lease_token)
+                if task is None or task.state != TaskState.LEASED:
+                    out.append(False)
+                    continue
+                decide(TaskState.LEASED, Event.RELEASE)
+                await self._back_to_pending(tx, task, now, cause="released")
+                out.append(True)
+            return out
+
+        return await self._db.run(unit)
+
+    async def session_leases(self, session_id: str) -> list[lstore.HeldLease]:
+        async def unit(tx: Tx) -> list[lstore.HeldLease]:
+            return await lstore.session_leases(tx, session_id)
+
+        return await self._db.read(unit)
+
+    # -- recovery (lease expiry, due tasks) ---------------------------------------------------
+
+    async def expire_leases(self, *, limit: int = 200) -> int:
+        """One bounded pass over leases that ended: unstarted work returns to pending, started
+        idempotent work retries (or fails), started unsafe work goes to needs_review (P4)."""
+
+        async def unit(tx: Tx) -> list[str]:
+            now = self._clock.now()
+            handled = []
+            for task_id, scope in await lstore.leases_expired(tx, now, limit=limit):
+                task = await store.task_get(tx, scope, task_id, lock=True)
+                if task is None or task.lease_expires_at is None or task.lease_expires_at > now:
+                    continue
+                if task.state == TaskState.LEASED:
+                    decide(TaskState.LEASED, Event.LEASE_EXPIRED_UNSTARTED)
+                    await self._back_to_pending(tx, task, now, cause="lease_expired")
+                elif task.state == TaskState.RUNNING:
+                    event = lease_lost_event(
+                        SideEffect(task.side_effect),
+                        self._policy(task).attempts_left(task.attempts),
+                    )
+                    error = {
+                        "code": "outcome_unknown",
+                        "message": "the worker's lease ended before it reported a result",
+                        "retryable": event is not Event.OUTCOME_UNKNOWN,
+                    }
+                    await self._end_running(
+                        tx, task, event, now, error=error, cause="lease_expired"
+                    )
+                else:
+                    continue
+                handled.append(task_id)
+            return handled
+
+        handled = await self._db.run(unit)
+        for task_id in handled:
+            self._watch.notify(task_id)
+        return len(handled)
+
+    async def promote_due(self, *, limit: int = 500) -> int:
+        """Move scheduled tasks whose time has come into the claim range."""
+
+        async def unit(tx: Tx) -> int:
+            now = self._clock.now()
+            due = await lstore.scheduled_due(tx, now, limit=limit)
+            if not due:
+                return 0
+            await lstore.tasks_set_pending_many(tx, [t.id for t in due], now)
+            for task in due:
+                await store.task_ready_insert(tx, task)
+            return len(due)
+
+        return await self._db.run(unit)

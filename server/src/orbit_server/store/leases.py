@@ -1,0 +1,330 @@
+"""Store methods of the worker side: claim candidates, gates, key permits, fenced lease writes,
+expiry and due scans (decision 0003)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from orbit_server.scope import Scope
+from orbit_server.store.base import DuplicateKey, Tx
+from orbit_server.store.pulse import AttemptRecord, TaskRecord, attempt_from_row, task_from_row
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    task_id: str
+    fairness_key: str
+    concurrency_key: str | None
+    handler_version: str | None
+    gate_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class GateRecord:
+    id: str
+    scope: Scope
+    open: bool
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class HeldLease:
+    task_id: str
+    attempt: int
+    lease_token: str
+    state: str
+
+
+def _scope(scope: Scope) -> dict[str, Any]:
+    return {"tenant": scope.tenant, "environment": scope.environment}
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else msgspec.json.encode(value).decode()
+
+
+async def ready_fairness_keys(
+    tx: Tx, scope: Scope, queue: str, type_: str, *, limit: int
+) -> list[str]:
+    """The fairness keys that have claimable work (at most ``limit``)."""
+    rows = await tx.fetch_all(
+        "ready_fairness_keys", {**_scope(scope), "queue": queue, "type": type_, "limit": limit}
+    )
+    return sorted(str(r["fairness_key"]) for r in rows)
+
+
+async def ready_candidates(
+    tx: Tx,
+    scope: Scope,
+    queue: str,
+    type_: str,
+    *,
+    limit: int,
+    fairness_key: str | None = None,
+) -> list[Candidate]:
+    """Claimable rows in claim order, locked and skipping rows other claimers hold."""
+    params = {**_scope(scope), "queue": queue, "type": type_, "limit": limit}
+    if fairness_key is None:
+        rows = await tx.fetch_all("ready_candidates", params)
+    else:
+        rows = await tx.fetch_all(
+            "ready_candidates_of_key", {**params, "fairness_key": fairness_key}
+        )
+    return [
+        Candidate(
+            task_id=str(r["task_id"]),
+            fairness_key=str(r["fairness_key"]),
+            concurrency_key=r["concurrency_key"],
+            handler_version=r["handler_version"],
+            gate_id=r["gate_id"],
+        )
+        for r in rows
+    ]
+
+
+async def ready_delete_many(tx: Tx, task_ids: Sequence[str]) -> int:
+    if not task_ids:
+        return 0
+    return await tx.execute("ready_delete_many", {"task_ids": list(task_ids)})
+
+
+async def gate_create(tx: Tx, scope: Scope, gate_id: str, now: datetime) -> None:
+    await tx.execute("gate_insert", {**_scope(scope), "id": gate_id, "now": now})
+
+
+async def gate_set(tx: Tx, scope: Scope, gate_id: str, *, open_: bool, now: datetime) -> bool:
+    """Open or close a gate and bump its version; the row lock orders it against claims."""
+    changed = await tx.execute(
+        "gate_set", {**_scope(scope), "id": gate_id, "open": int(open_), "now": now}
+    )
+    return changed == 1
+
+
+async def gate_get(tx: Tx, scope: Scope, gate_id: str) -> GateRecord | None:
+    row = await tx.fetch_one("gate_get", {**_scope(scope), "id": gate_id})
+    if row is None:
+        return None
+    return GateRecord(
+        id=str(row["id"]),
+        scope=Scope(str(row["tenant"]), str(row["environment"])),
+        open=bool(row["open"]),
+        version=int(row["version"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+async def gates_open(tx: Tx, gate_ids: Sequence[str]) -> dict[str, bool]:
+    """Whether each gate is open, read under a shared lock that a closer must wait for."""
+    if not gate_ids:
+        return {}
+    rows = await tx.fetch_all("gates_read_shared", {"gate_ids": sorted(set(gate_ids))})
+    found = {str(r["id"]): bool(r["open"]) for r in rows}
+    return {g: found.get(g, False) for g in gate_ids}  # a missing gate is closed
+
+
+async def key_permits_lock(tx: Tx, scope: Scope, queue: str, keys: Sequence[str]) -> dict[str, int]:
+    """Create and lock the permit rows of ``keys`` (in key order); answers their counts."""
+    ordered = sorted(set(keys))
+    if not ordered:
+        return {}
+    for key in ordered:
+        with contextlib.suppress(DuplicateKey):
+            await tx.execute(
+                "key_permit_insert", {**_scope(scope), "queue": queue, "concurrency_key": key}
+            )
+    rows = await tx.fetch_all(
+        "key_permits_lock", {**_scope(scope), "queue": queue, "keys": ordered}
+    )
+    return {str(r["concurrency_key"]): int(r["active"]) for r in rows}
+
+
+async def tasks_lease_many(
+    tx: Tx,
+    task_ids: Sequence[str],
+    *,
+    lease_token: str,
+    expires_at: datetime,
+    session_id: str,
+    node: str,
+    worker_id: str,
+    now: datetime,
+) -> list[TaskRecord]:
+    """Lease pending tasks to a session (a new epoch each); answers the leased tasks."""
+    if not task_ids:
+        return []
+    await tx.execute(
+        "tasks_lease_many",
+        {
+            "task_ids": list(task_ids),
+            "lease_token": lease_token,
+            "expires_at": expires_at,
+            "session_id": session_id,
+            "node": node,
+            "worker_id": worker_id,
+            "now": now,
+        },
+    )
+    return await tasks_get_many(tx, task_ids)
+
+
+async def tasks_get_many(tx: Tx, task_ids: Sequence[str]) -> list[TaskRecord]:
+    if not task_ids:
+        return []
+    rows = await tx.fetch_all("tasks_get_many", {"task_ids": list(task_ids)})
+    by_id = {str(r["id"]): task_from_row(r) for r in rows}
+    return [by_id[t] for t in task_ids if t in by_id]
+
+
+async def attempts_insert(tx: Tx, leased: Sequence[TaskRecord], now: datetime) -> None:
+    """One attempt row per new lease, numbered by the lease epoch."""
+    await tx.execute_many(
+        "attempt_insert",
+        [
+            {
+                "task_id": t.id,
+                "number": t.lease_epoch,
+                "worker_id": t.worker_id,
+                "session_id": t.session_id,
+                "node": t.node,
+                "leased_at": now,
+                "lease_expires_at": t.lease_expires_at,
+            }
+            for t in leased
+        ],
+    )
+
+
+async def attempt_update(
+    tx: Tx,
+    task_id: str,
+    number: int,
+    *,
+    state: str,
+    cause: str | None = None,
+    started_at: datetime | None = None,
+    ended_at: datetime | None = None,
+    lease_expires_at: datetime | None = None,
+    error: dict[str, Any] | None = None,
+) -> None:
+    await tx.execute(
+        "attempt_update",
+        {
+            "task_id": task_id,
+            "number": number,
+            "state": state,
+            "cause": cause,
+            "started_at": started_at,
+            "ended_at": ended_at,
+            "lease_expires_at": lease_expires_at,
+            "error": _json(error),
+        },
+    )
+
+
+async def attempt_get(tx: Tx, task_id: str, number: int) -> AttemptRecord | None:
+    rows = await tx.fetch_all("attempt_get", {"task_id": task_id, "number": number})
+    return attempt_from_row(rows[0]) if rows else None
+
+
+async def task_lock_fenced(tx: Tx, task_id: str, epoch: int, token: str) -> TaskRecord | None:
+    """The task if (and only if) this lease still holds it; locks the row."""
+    row = await tx.fetch_one("task_lock_fenced", {"id": task_id, "epoch": epoch, "token": token})
+    return None if row is None else task_from_row(row)
+
+
+async def task_set_running(
+    tx: Tx, task_id: str, epoch: int, token: str, expires_at: datetime, now: datetime
+) -> bool:
+    changed = await tx.execute(
+        "task_set_running",
+        {"id": task_id, "epoch": epoch, "token": token, "expires_at": expires_at, "now": now},
+    )
+    return changed == 1
+
+
+async def task_return_pending(tx: Tx, task: TaskRecord, *, run_at: datetime, now: datetime) -> bool:
+    """Back to pending without using an attempt (released, expired before start, gate)."""
+    changed = await tx.execute(
+        "task_return_pending",
+        {
+            "id": task.id,
+            "epoch": task.lease_epoch,
+            "expected_state": task.state,
+            "run_at": run_at,
+            "now": now,
+        },
+    )
+    return changed == 1
+
+
+async def task_renew(
+    tx: Tx, task_id: str, epoch: int, token: str, expires_at: datetime, now: datetime
+) -> None:
+    """Extend a lease (the caller re-reads to learn which renewals held)."""
+    await tx.execute(
+        "task_renew",
+        {"id": task_id, "epoch": epoch, "token": token, "expires_at": expires_at, "now": now},
+    )
+
+
+async def task_finish(
+    tx: Tx,
+    task: TaskRecord,
+    *,
+    state: str,
+    now: datetime,
+    result: Any = None,
+    error: dict[str, Any] | None = None,
+    run_at: datetime | None = None,
+    finished: bool,
+) -> bool:
+    """Move a leased/running task to ``state``, fenced by its epoch and current state."""
+    changed = await tx.execute(
+        "task_finish",
+        {
+            "id": task.id,
+            "epoch": task.lease_epoch,
+            "expected_state": task.state,
+            "state": state,
+            "result": _json(result),
+            "error": _json(error),
+            "finished_at": now if finished else None,
+            "run_at": run_at or task.run_at,
+            "now": now,
+        },
+    )
+    return changed == 1
+
+
+async def leases_expired(tx: Tx, now: datetime, *, limit: int) -> list[tuple[str, Scope]]:
+    """Tasks whose lease ended before ``now`` (skipping rows another node is handling)."""
+    rows = await tx.fetch_all("leases_expired", {"now": now, "limit": limit})
+    return [(str(r["id"]), Scope(str(r["tenant"]), str(r["environment"]))) for r in rows]
+
+
+async def scheduled_due(tx: Tx, now: datetime, *, limit: int) -> list[TaskRecord]:
+    rows = await tx.fetch_all("scheduled_due", {"now": now, "limit": limit})
+    return [task_from_row(r) for r in rows]
+
+
+async def tasks_set_pending_many(tx: Tx, task_ids: Sequence[str], now: datetime) -> int:
+    if not task_ids:
+        return 0
+    return await tx.execute("tasks_set_pending_many", {"task_ids": list(task_ids), "now": now})
+
+
+async def session_leases(tx: Tx, session_id: str) -> list[HeldLease]:
+    rows = await tx.fetch_all("session_leases", {"session_id": session_id})
+    return [
+        HeldLease(str(r["id"]), int(r["lease_epoch"]), str(r["lease_token"]), str(r["state"]))
+        for r in rows
+    ]

@@ -1,0 +1,296 @@
+"""The worker-side service on every dialect: claim, start, renew, results, expiry, quotas,
+exclusion, fairness, gates. Time is a fake clock; nothing sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+
+from orbit_server.audit import Actor
+from orbit_server.clock import FakeClock
+from orbit_server.pulse.model import TaskSpec
+from orbit_server.pulse.retry import RetryPolicy
+from orbit_server.pulse.service import QueueSettings
+from orbit_server.pulse.states import SideEffect
+from orbit_server.pulse.worker import (
+    LeaseRef,
+    Outcome,
+    RenewVerdict,
+    Session,
+    StartVerdict,
+    Want,
+)
+from orbit_server.runtime.node import Node
+from orbit_server.store import pulse as store
+from tests.conftest import SCOPE
+
+ALICE = Session("sess_a", "node-1", "worker-a")
+BOB = Session("sess_b", "node-2", "worker-b")
+ACTOR = Actor("test")
+
+
+def spec(**fields: object) -> TaskSpec:
+    return TaskSpec(**{"queue": "emails", "type": "send", **fields})  # type: ignore[arg-type]
+
+
+async def submit(node: Node, count: int = 1, **fields: object) -> list[str]:
+    done = await node.tasks.submit_many(SCOPE, [spec(**fields) for _ in range(count)])
+    return [s.task.id for s in done]
+
+
+async def claim(node: Node, session: Session = ALICE, free: int = 100, **want: object):  # type: ignore[no-untyped-def]
+    w = Want(**{"queue": "emails", "type": "send", "free": free, **want})  # type: ignore[arg-type]
+    return await node.workers.claim(SCOPE, session, [w], limit=free)
+
+
+async def queue(node: Node) -> store.QueueRecord:
+    found = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "emails"))
+    assert found is not None
+    return found
+
+
+async def events(node: Node) -> Counter[str]:
+    found = await node.db.read(lambda tx: store.task_event_list_pending(tx, limit=1000))
+    return Counter(e.state for e in found)
+
+
+@pytest.mark.covers(
+    "ready_candidates",
+    "ready_delete_many",
+    "tasks_lease_many",
+    "tasks_get_many",
+    "attempts_insert",
+    "attempt_update",
+    "attempt_get",
+    "task_lock_fenced",
+    "task_set_running",
+    "task_finish",
+)
+async def test_claim_start_complete_with_counters_attempts_and_event(node: Node) -> None:
+    [task_id] = await submit(node, params={"n": 1})
+    [lease] = await claim(node)
+    assert lease.task.id == task_id and lease.task.state == "leased" and lease.ref.attempt == 1
+    assert (await queue(node)).active == 1 and (await queue(node)).pending == 0
+    assert await claim(node) == []  # nothing else to claim
+    assert await node.workers.start(lease.ref) is StartVerdict.STARTED
+    assert await node.workers.complete(lease.ref, {"sent": True}) is Outcome.ACCEPTED
+    done = await node.tasks.get(SCOPE, task_id)
+    assert (done.state, done.result, done.attempts) == ("succeeded", {"sent": True}, 1)
+    assert done.finished_at is not None
+    q = await queue(node)
+    assert (q.active, q.pending) == (0, 0)
+    assert await events(node) == Counter({"succeeded": 1})
+    [attempt] = await node.tasks.attempts(SCOPE, task_id)
+    assert (attempt.number, attempt.state, attempt.worker_id) == (1, "succeeded", "worker-a")
+    assert attempt.started_at is not None and attempt.ended_at is not None
+    # A resend of the same result is acknowledged and changes nothing.
+    assert await node.workers.complete(lease.ref, {"sent": True}) is Outcome.ALREADY
+    assert await events(node) == Counter({"succeeded": 1})
+
+
+@pytest.mark.covers("leases_expired", "scheduled_due", "tasks_set_pending_many", "task_renew")
+async def test_stale_holders_can_never_renew_complete_or_release(
+    node: Node, clock: FakeClock
+) -> None:
+    [task_id] = await submit(node)
+    [first] = await claim(node, ALICE)
+    await node.workers.start(first.ref)
+    clock.advance(timedelta(milliseconds=node.settings.lease_ms + 1))
+    assert await node.workers.expire_leases() == 1  # idempotent work: retried
+    clock.advance(timedelta(minutes=5))
+    assert await node.workers.promote_due() == 1
+    [second] = await claim(node, BOB)
+    assert second.ref.attempt == 2 and second.ref.lease_token != first.ref.lease_token
+    await node.workers.start(second.ref)
+    before = await queue(node)
+    assert await node.workers.complete(first.ref, "late") is Outcome.STALE
+    assert (
+        await node.workers.fail(first.ref, {"code": "x", "message": "m"}, retryable=True)
+        is Outcome.STALE
+    )
+    [renewal] = await node.workers.renew([first.ref])
+    assert renewal.verdict is RenewVerdict.STALE
+    assert await node.workers.release([first.ref]) == [False]
+    forged = LeaseRef(task_id, second.ref.attempt, "lse_forged")
+    assert await node.workers.complete(forged, "forged") is Outcome.STALE
+    assert await queue(node) == before  # counters unchanged by stale writes
+    current = await node.tasks.get(SCOPE, task_id)
+    assert current.state == "running" and current.lease_epoch == 2
+
+
+async def test_expired_leases_follow_the_side_effect_rules(node: Node, clock: FakeClock) -> None:
+    [unstarted] = await submit(node, type="a")
+    [idempotent] = await submit(
+        node, type="b", retry={"max_attempts": 1} and RetryPolicy(max_attempts=1)
+    )
+    [unsafe] = await submit(node, type="c", side_effect=SideEffect.UNSAFE)
+    wants = [Want("emails", t, 10) for t in ("a", "b", "c")]
+    leases = {
+        lease.task.type: lease for lease in await node.workers.claim(SCOPE, ALICE, wants, limit=10)
+    }
+    await node.workers.start(leases["b"].ref)
+    await node.workers.start(leases["c"].ref)
+    clock.advance(timedelta(milliseconds=node.settings.lease_ms + 1))
+    assert await node.workers.expire_leases() == 3
+    states = {
+        t: (await node.tasks.get(SCOPE, i))
+        for t, i in (("a", unstarted), ("b", idempotent), ("c", unsafe))
+    }
+    assert states["a"].state == "pending" and states["a"].attempts == 0  # no attempt used
+    assert states["b"].state == "failed"  # idempotent, attempts exhausted
+    assert states["c"].state == "needs_review"  # unsafe: never rerun silently
+    assert states["c"].error is not None and states["c"].error["code"] == "outcome_unknown"
+    assert await events(node) == Counter({"failed": 1, "needs_review": 1})
+    q = await queue(node)
+    assert (q.active, q.pending) == (0, 1)
+    assert await node.workers.complete(leases["c"].ref, "too late") is Outcome.STALE
+
+
+async def test_failures_retry_with_backoff_then_fail(node: Node, clock: FakeClock) -> None:
+    policy = RetryPolicy(max_attempts=2, initial_backoff_ms=1000, max_backoff_ms=1000)
+    [task_id] = await submit(node, retry=policy)
+    [lease] = await claim(node)
+    await node.workers.start(lease.ref)
+    error = {"code": "smtp_down", "message": "try later"}
+    assert await node.workers.fail(lease.ref, error, retryable=True) is Outcome.ACCEPTED
+    retrying = await node.tasks.get(SCOPE, task_id)
+    assert retrying.state == "scheduled" and retrying.run_at > clock.now()
+    assert await node.workers.promote_due() == 0  # backoff not over
+    clock.advance(timedelta(seconds=1))
+    assert await node.workers.promote_due() == 1
+    [again] = await claim(node)
+    await node.workers.start(again.ref)
+    assert await node.workers.fail(again.ref, error, retryable=True) is Outcome.ACCEPTED
+    failed = await node.tasks.get(SCOPE, task_id)
+    assert (failed.state, failed.attempts, failed.error) == ("failed", 2, error)
+    causes = [a.state for a in await node.tasks.attempts(SCOPE, task_id)]
+    assert causes == ["failed", "failed"]
+
+
+async def test_non_retryable_errors_fail_at_once(node: Node) -> None:
+    [task_id] = await submit(node, retry=RetryPolicy(max_attempts=5))
+    [lease] = await claim(node)
+    await node.workers.start(lease.ref)
+    await node.workers.fail(lease.ref, {"code": "bad_input", "message": "no"}, retryable=False)
+    assert (await node.tasks.get(SCOPE, task_id)).state == "failed"
+
+
+async def test_cancel_reaches_running_work_through_renewals(node: Node) -> None:
+    [task_id] = await submit(node)
+    [lease] = await claim(node)
+    await node.workers.start(lease.ref)
+    cancelled = await node.tasks.cancel(SCOPE, task_id, reason="stop", actor=ACTOR)
+    assert cancelled.state == "running" and cancelled.cancel_requested
+    [renewal] = await node.workers.renew([lease.ref])
+    assert renewal.verdict is RenewVerdict.CANCEL_REQUESTED
+    assert await node.workers.report_cancelled(lease.ref) is Outcome.ACCEPTED
+    assert (await node.tasks.get(SCOPE, task_id)).state == "cancelled"
+    assert (await queue(node)).active == 0
+
+
+async def test_cancelling_leased_work_frees_its_permits_and_fences_the_holder(node: Node) -> None:
+    [task_id] = await submit(node, concurrency_key="user-1")
+    [lease] = await claim(node)
+    await node.tasks.cancel(SCOPE, task_id, reason=None, actor=ACTOR)
+    assert await node.workers.start(lease.ref) is StartVerdict.STALE
+    q = await queue(node)
+    assert (q.active, q.pending) == (0, 0)
+    permit = await node.db.read(lambda tx: store.key_permit_active(tx, SCOPE, "emails", "user-1"))
+    assert permit == 0
+
+
+@pytest.mark.covers("task_return_pending")
+async def test_release_returns_unstarted_work_without_an_attempt(node: Node) -> None:
+    [task_id] = await submit(node)
+    [lease] = await claim(node)
+    assert await node.workers.release([lease.ref]) == [True]
+    task = await node.tasks.get(SCOPE, task_id)
+    assert (task.state, task.attempts) == ("pending", 0)
+    [again] = await claim(node, BOB)
+    assert again.ref.attempt == 2
+
+
+async def test_the_queue_concurrency_limit_holds(node: Node) -> None:
+    await node.queues.update(SCOPE, "emails", QueueSettings(concurrency_limit=2), actor=ACTOR)
+    await submit(node, 5)
+    first = await claim(node)
+    assert len(first) == 2
+    assert await claim(node, BOB) == []
+    await node.workers.start(first[0].ref)
+    await node.workers.complete(first[0].ref, None)
+    assert len(await claim(node, BOB)) == 1
+
+
+@pytest.mark.covers("key_permits_lock")
+async def test_per_key_exclusion_allows_key_concurrency_running(node: Node) -> None:
+    await submit(node, 3, concurrency_key="user-1")
+    await submit(node, 1, concurrency_key="user-2")
+    leases = await claim(node)
+    assert sorted(lease.task.concurrency_key or "" for lease in leases) == ["user-1", "user-2"]
+    await node.queues.update(SCOPE, "emails", QueueSettings(key_concurrency=2), actor=ACTOR)
+    more = await claim(node)
+    assert [lease.task.concurrency_key for lease in more] == ["user-1"]
+    assert await claim(node) == []
+
+
+@pytest.mark.covers("ready_fairness_keys")
+async def test_fairness_rotates_between_keys(node: Node) -> None:
+    await node.tasks.submit_many(SCOPE, [spec(fairness_key="A") for _ in range(1000)])
+    b_ids = set(await submit(node, 10, fairness_key="B"))
+    claimed: set[str] = set()
+    for _ in range(2):
+        claimed |= {lease.task.id for lease in await claim(node, free=32)}
+    assert b_ids <= claimed
+
+
+@pytest.mark.covers("gate_create", "gate_set", "gate_get", "gates_open")
+async def test_a_closed_gate_stops_claims_and_starts(node: Node) -> None:
+    gate = await node.gates.create(SCOPE)
+    await submit(node, 2, gate_id=gate)
+    [lease, _] = await claim(node)
+    await node.gates.set_open(SCOPE, gate, open_=False)
+    assert await node.workers.start(lease.ref) is StartVerdict.DENIED_GATE
+    assert await claim(node) == []
+    await node.gates.set_open(SCOPE, gate, open_=True)
+    [again] = await claim(node)  # the denied one is back in the claim range
+    assert again.task.id == lease.task.id and again.ref.attempt == 2
+
+
+async def test_handler_versions_and_paused_queues(node: Node) -> None:
+    await submit(node, handler_version="2")
+    assert await claim(node, versions=("1",)) == []
+    await node.queues.update(SCOPE, "emails", QueueSettings(paused=True), actor=ACTOR)
+    assert await claim(node, versions=("2",)) == []
+    await node.queues.update(SCOPE, "emails", QueueSettings(paused=False), actor=ACTOR)
+    assert len(await claim(node, versions=("2",))) == 1
+
+
+@pytest.mark.covers("session_leases")
+async def test_session_leases_for_reconnects(node: Node) -> None:
+    await submit(node, 2)
+    leases = await claim(node)
+    await node.workers.start(leases[0].ref)
+    held = await node.workers.session_leases(ALICE.session_id)
+    assert {(h.task_id, h.state) for h in held} == {
+        (leases[0].task.id, "running"),
+        (leases[1].task.id, "leased"),
+    }
+    assert await node.workers.session_leases("nobody") == []
+
+
+async def test_concurrent_claims_never_lease_a_task_twice(node: Node) -> None:
+    await submit(node, 60)
+    sessions = [Session(f"s{i}", "n", f"w{i}") for i in range(4)]
+    batches = await asyncio.gather(*(claim(node, s, free=20) for s in sessions))
+    ids = [lease.task.id for batch in batches for lease in batch]
+    assert len(ids) == len(set(ids)) == 60
+    assert (await queue(node)).active == 60
+
+
+@pytest.mark.parametrize("count", [0])
+async def test_claiming_nothing_is_cheap(node: Node, count: int) -> None:
+    assert await node.workers.claim(SCOPE, ALICE, [], limit=10) == []
+    assert await claim(node, free=count) == []
