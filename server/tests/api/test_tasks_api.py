@@ -284,3 +284,25 @@ async def test_attempts_of_a_new_task_are_empty(
     assert response.json() == {"items": [], "next_cursor": None}
     missing = await http.get("/v1/tasks/nope/attempts", headers=submitter)
     assert_error(missing, 404, "not_found", "protocol")
+
+
+async def test_retry_and_resolve_are_for_operators_and_check_state(
+    http: httpx2.AsyncClient, submitter: dict[str, str], node: Node
+) -> None:
+    operator = bearer(await make_key(node, SCOPE, Role.OPERATOR))
+    task = (await submit(http, submitter)).json()
+    forbidden = await http.post(f"/v1/tasks/{task['id']}/retry", headers=submitter)
+    assert_error(forbidden, 403, "forbidden", "permission")
+    not_yet = await http.post(f"/v1/tasks/{task['id']}/retry", headers=operator)
+    assert_error(not_yet, 409, "state_conflict", "conflict")
+    await http.post(f"/v1/tasks/{task['id']}/cancel", headers=submitter)
+    retried = await http.post(f"/v1/tasks/{task['id']}/retry", headers=operator)
+    assert retried.status_code == 200 and retried.json()["state"] == "pending"
+    resolve = await http.post(
+        f"/v1/tasks/{task['id']}/resolve", json={"outcome": "succeeded"}, headers=operator
+    )
+    assert_error(resolve, 409, "state_conflict", "conflict")
+    missing_error = await http.post(
+        f"/v1/tasks/{task['id']}/resolve", json={"outcome": "failed"}, headers=operator
+    )
+    assert_error(missing_error, 400, "invalid_request", "protocol")

@@ -294,3 +294,81 @@ async def test_concurrent_claims_never_lease_a_task_twice(node: Node) -> None:
 async def test_claiming_nothing_is_cheap(node: Node, count: int) -> None:
     assert await node.workers.claim(SCOPE, ALICE, [], limit=10) == []
     assert await claim(node, free=count) == []
+
+
+async def make_needs_review(node: Node, clock: FakeClock) -> str:
+    [task_id] = await submit(node, side_effect=SideEffect.UNSAFE)
+    [lease] = await claim(node)
+    await node.workers.start(lease.ref)
+    clock.advance(timedelta(milliseconds=node.settings.lease_ms + 1))
+    await node.workers.expire_leases()
+    assert (await node.tasks.get(SCOPE, task_id)).state == "needs_review"
+    return task_id
+
+
+@pytest.mark.covers("task_resolve")
+async def test_operators_resolve_needs_review(node: Node, clock: FakeClock) -> None:
+    ok_id = await make_needs_review(node, clock)
+    resolved = await node.tasks.resolve(
+        SCOPE, ok_id, succeeded=True, result={"checked": "by hand"}, error=None, actor=ACTOR
+    )
+    assert (resolved.state, resolved.result) == ("succeeded", {"checked": "by hand"})
+    bad_id = await make_needs_review(node, clock)
+    error = {"code": "charged_twice", "message": "refunded", "retryable": False}
+    failed = await node.tasks.resolve(
+        SCOPE, bad_id, succeeded=False, result=None, error=error, actor=ACTOR
+    )
+    assert (failed.state, failed.error) == ("failed", error)
+    assert await events(node) == Counter({"needs_review": 2, "succeeded": 1, "failed": 1})
+    from orbit_server.errors import StateConflict
+
+    with pytest.raises(StateConflict):
+        await node.tasks.resolve(SCOPE, ok_id, succeeded=True, result=None, error=None, actor=ACTOR)
+
+
+@pytest.mark.covers("task_reopen")
+async def test_operator_retry_gives_a_new_attempt(node: Node, clock: FakeClock) -> None:
+    task_id = await make_needs_review(node, clock)
+    reopened = await node.tasks.retry(SCOPE, task_id, actor=ACTOR)
+    assert reopened.state == "pending" and reopened.max_attempts >= reopened.attempts + 1
+    assert reopened.error is None and reopened.finished_at is None
+    [lease] = await claim(node)
+    assert lease.task.id == task_id and lease.ref.attempt == 2
+    from orbit_server.errors import StateConflict
+
+    with pytest.raises(StateConflict):
+        await node.tasks.retry(SCOPE, task_id, actor=ACTOR)  # leased: not retryable
+
+
+@pytest.mark.covers("task_event_mark_processed")
+async def test_result_events_are_consumed_exactly_once(node: Node) -> None:
+    from orbit_server.pulse.events import EventConsumer
+    from orbit_server.store import Tx
+    from orbit_server.store.pulse import TaskEventRecord
+
+    for _ in range(3):
+        [task_id] = await submit(node)
+        await node.tasks.cancel(SCOPE, task_id, reason=None, actor=ACTOR)
+    consumer = EventConsumer(node.db, node.clock)
+    seen: list[str] = []
+
+    async def handle(tx: Tx, event: TaskEventRecord) -> None:
+        seen.append(event.task_id)
+
+    pending = await consumer.pending()
+    assert len(pending) == 3
+    assert await consumer.process(pending[0], handle) is True
+    assert await consumer.process(pending[0], handle) is False  # a duplicate delivery
+    assert await consumer.drain(handle) == 2
+    assert sorted(seen) == sorted(e.task_id for e in pending)
+    assert await consumer.pending() == []
+
+    async def crash(tx: Tx, event: TaskEventRecord) -> None:
+        raise RuntimeError("consumer crashed")
+
+    [task_id] = await submit(node)
+    await node.tasks.cancel(SCOPE, task_id, reason=None, actor=ACTOR)
+    [event] = await consumer.pending()
+    with pytest.raises(RuntimeError):
+        await consumer.process(event, crash)
+    assert [e.id for e in await consumer.pending()] == [event.id]  # not lost

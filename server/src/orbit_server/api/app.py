@@ -37,6 +37,8 @@ API_ROUTES: list[Any] = [
     tasks.list_tasks,
     tasks.task_attempts,
     tasks.cancel_task,
+    tasks.retry_task,
+    tasks.resolve_task,
     queues.list_queues,
     queues.update_queue,
 ]

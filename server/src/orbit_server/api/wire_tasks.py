@@ -236,3 +236,15 @@ class Queue(msgspec.Struct):
 class QueueList(msgspec.Struct):
     items: list[Queue]
     next_cursor: str | None
+
+
+class ErrorIn(Request):
+    code: Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
+    message: Annotated[str, msgspec.Meta(max_length=2000)] = ""
+    retryable: bool = False
+
+
+class ResolveIn(Request):
+    outcome: Literal["succeeded", "failed"]
+    result: Any = None
+    error: ErrorIn | None = None

@@ -292,6 +292,80 @@ class TaskService:
         self._watch.notify(task.id)
         return task
 
+    # -- operator recovery (P4, P8) -----------------------------------------------------------
+
+    async def retry(self, scope: Scope, task_id: str, *, actor: Actor) -> TaskRecord:
+        """A new attempt for a failed, cancelled or needs_review task (an operator's call)."""
+
+        async def unit(tx: Tx) -> TaskRecord:
+            task = await store.task_get(tx, scope, task_id, lock=True)
+            if task is None:
+                raise NotFound("no such task")
+            try:
+                decide(TaskState(task.state), Event.OPERATOR_RETRY)
+            except IllegalTransition:
+                raise StateConflict(
+                    f"only failed, cancelled or needs_review tasks can be retried, not {task.state}"
+                ) from None
+            now = self._clock.now()
+            if not await store.task_reopen(tx, task, now):
+                raise StateConflict("the task changed meanwhile; read it and try again")
+            reopened = await store.task_get(tx, scope, task_id)
+            assert reopened is not None
+            await store.task_ready_insert(tx, reopened)
+            await store.queue_ensure(tx, scope, task.queue, now)
+            await store.queue_add_counts(tx, scope, task.queue, pending=1, now=now)
+            await self._audit.record(
+                tx, scope=scope, actor=actor, action="task.retry", target_kind="task",
+                target_id=task_id, details={"state_before": task.state},
+            )  # fmt: skip
+            return reopened
+
+        task = await self._db.run(unit)
+        self._watch.notify(task.id)
+        return task
+
+    async def resolve(
+        self,
+        scope: Scope,
+        task_id: str,
+        *,
+        succeeded: bool,
+        result: Any,
+        error: dict[str, Any] | None,
+        actor: Actor,
+    ) -> TaskRecord:
+        """An operator's decision on work whose outcome was unknown (needs_review)."""
+        event = Event.RESOLVE_SUCCEEDED if succeeded else Event.RESOLVE_FAILED
+
+        async def unit(tx: Tx) -> TaskRecord:
+            task = await store.task_get(tx, scope, task_id, lock=True)
+            if task is None:
+                raise NotFound("no such task")
+            try:
+                decision = decide(TaskState(task.state), event)
+            except IllegalTransition:
+                raise StateConflict(
+                    f"only needs_review tasks can be resolved, not {task.state}"
+                ) from None
+            now = self._clock.now()
+            await store.task_resolve(
+                tx, task_id, state=str(decision.after), result=result if succeeded else None,
+                error=None if succeeded else error, now=now,
+            )  # fmt: skip
+            await self._emit(tx, task, decision.after, now)
+            await self._audit.record(
+                tx, scope=scope, actor=actor, action="task.resolve", target_kind="task",
+                target_id=task_id, details={"outcome": str(decision.after)},
+            )  # fmt: skip
+            resolved = await store.task_get(tx, scope, task_id)
+            assert resolved is not None
+            return resolved
+
+        task = await self._db.run(unit)
+        self._watch.notify(task.id)
+        return task
+
     async def _leave(self, tx: Tx, task: TaskRecord, state: TaskState, now: datetime) -> None:
         """Give back what a task held in ``state`` as it leaves it for good."""
         if state is TaskState.PENDING:

@@ -464,3 +464,33 @@ def attempt_from_row(r: Row) -> AttemptRecord:
         lease_expires_at=r["lease_expires_at"],
         error=_unjson(r["error"]),
     )
+
+
+async def task_reopen(tx: Tx, task: TaskRecord, now: datetime) -> bool:
+    """An operator's retry: back to pending with at least one attempt left (fenced by state)."""
+    changed = await tx.execute(
+        "task_reopen", {"id": task.id, "expected_state": task.state, "now": now}
+    )
+    return changed == 1
+
+
+async def task_resolve(
+    tx: Tx, task_id: str, *, state: str, result: Any, error: dict[str, Any] | None, now: datetime
+) -> bool:
+    """An operator's decision on a needs_review task."""
+    changed = await tx.execute(
+        "task_resolve",
+        {
+            "id": task_id,
+            "state": state,
+            "result": None if result is None else _json(result),
+            "error": None if error is None else _json(error),
+            "now": now,
+        },
+    )
+    return changed == 1
+
+
+async def task_event_mark_processed(tx: Tx, event_id: str, now: datetime) -> bool:
+    """Mark an event processed; False when it already was (a duplicate delivery)."""
+    return await tx.execute("task_event_mark_processed", {"id": event_id, "now": now}) == 1

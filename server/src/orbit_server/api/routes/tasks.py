@@ -15,6 +15,7 @@ from orbit_server.api.wire_tasks import (
     Attempt,
     AttemptList,
     CancelIn,
+    ResolveIn,
     Task,
     TaskBatch,
     TaskBatchOut,
@@ -192,4 +193,38 @@ async def cancel_task(
     principal.require(*WRITERS)
     reason = data.reason if data is not None else None
     task = await node.tasks.cancel(principal.scope, task_id, reason=reason, actor=_actor(principal))
+    return Task.of(task)
+
+
+@post(
+    "/v1/tasks/{task_id:str}/retry",
+    summary="Operator: a new attempt",
+    tags=["tasks"],
+    status_code=200,
+)
+async def retry_task(task_id: FromPath[str], principal: PrincipalDep, node: NodeDep) -> Task:
+    principal.require(Role.OPERATOR)
+    return Task.of(await node.tasks.retry(principal.scope, task_id, actor=_actor(principal)))
+
+
+@post(
+    "/v1/tasks/{task_id:str}/resolve",
+    summary="Operator: decide a needs_review task",
+    tags=["tasks"],
+    status_code=200,
+)
+async def resolve_task(
+    task_id: FromPath[str], data: JSONBody[ResolveIn], principal: PrincipalDep, node: NodeDep
+) -> Task:
+    principal.require(Role.OPERATOR)
+    succeeded = data.outcome == "succeeded"
+    if succeeded and data.error is not None:
+        raise InvalidRequest("a succeeded outcome takes a result, not an error")
+    if not succeeded and data.error is None:
+        raise InvalidRequest("a failed outcome needs an error: {code, message}")
+    error = None if data.error is None else msgspec.structs.asdict(data.error)
+    task = await node.tasks.resolve(
+        principal.scope, task_id, succeeded=succeeded, result=data.result, error=error,
+        actor=_actor(principal),
+    )  # fmt: skip
     return Task.of(task)

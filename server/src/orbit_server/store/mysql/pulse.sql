@@ -132,3 +132,17 @@ VALUES (:tenant, :environment, :queue, :concurrency_key, 0)
 SELECT active FROM key_permits
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue
    AND concurrency_key = :concurrency_key
+
+-- name: task_reopen
+UPDATE tasks SET state = 'pending', run_at = :now, max_attempts = GREATEST(max_attempts, attempts + 1),
+       result = NULL, error = NULL, finished_at = NULL, cancel_requested = 0, cancel_reason = NULL,
+       lease_expires_at = NULL, updated_at = :now
+ WHERE id = :id AND state = :expected_state
+
+-- name: task_resolve
+UPDATE tasks SET state = :state, result = :result, error = :error, finished_at = :now,
+       updated_at = :now
+ WHERE id = :id AND state = 'needs_review'
+
+-- name: task_event_mark_processed
+UPDATE task_events SET processed = 1, processed_at = :now WHERE id = :id AND processed = 0

@@ -1,0 +1,51 @@
+"""Result events (SPEC P11): read in order, handled, marked processed exactly once.
+
+A consumer handles each event inside the transaction that marks it processed, so a crash
+between the two repeats the event rather than losing it, and a duplicate delivery changes
+nothing (the mark is conditional). Weave's advancement is the first consumer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from orbit_server.clock import Clock
+from orbit_server.store import Database, Tx
+from orbit_server.store import pulse as store
+from orbit_server.store.pulse import TaskEventRecord
+
+Handler = Callable[[Tx, TaskEventRecord], Awaitable[None]]
+
+
+class EventConsumer:
+    def __init__(self, db: Database, clock: Clock) -> None:
+        self._db = db
+        self._clock = clock
+
+    async def pending(self, *, limit: int = 100, after: str = "") -> list[TaskEventRecord]:
+        async def unit(tx: Tx) -> list[TaskEventRecord]:
+            return await store.task_event_list_pending(tx, limit=limit, after=after)
+
+        return await self._db.read(unit)
+
+    async def process(self, event: TaskEventRecord, handle: Handler) -> bool:
+        """Run ``handle`` and mark the event processed in one transaction.
+
+        Answers False (and runs nothing that commits) when another consumer got there first.
+        """
+
+        async def unit(tx: Tx) -> bool:
+            if not await store.task_event_mark_processed(tx, event.id, self._clock.now()):
+                return False
+            await handle(tx, event)
+            return True
+
+        return await self._db.run(unit)
+
+    async def drain(self, handle: Handler, *, limit: int = 100) -> int:
+        """One bounded pass: process what is pending now; answers how many this call handled."""
+        handled = 0
+        for event in await self.pending(limit=limit):
+            if await self.process(event, handle):
+                handled += 1
+        return handled
