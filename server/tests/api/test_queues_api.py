@@ -41,6 +41,12 @@ async def test_queue_counts_and_settings(http: httpx2.AsyncClient, node: Node) -
         )
     ).json()["items"]
     assert [e["action"] for e in trail] == ["queue.update"]
+    partial = await http.put("/v1/queues/emails", json={"paused": False}, headers=operator)
+    assert [partial.json()[k] for k in settings] == [False, 10, 2, 100]  # absent: unchanged
+    cleared = await http.put(
+        "/v1/queues/emails", json={"max_pending": None, "concurrency_limit": None}, headers=operator
+    )
+    assert [cleared.json()[k] for k in settings] == [False, None, 2, None]  # null: no limit
     invalid = await http.put("/v1/queues/emails", json={"key_concurrency": 0}, headers=operator)
     assert_error(invalid, 400, "invalid_request", "protocol")
 

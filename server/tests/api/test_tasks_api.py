@@ -233,7 +233,7 @@ async def test_cancel_pending_and_scheduled_at_once(
         assert body["state"] == "cancelled" and body["finished_at"] is not None
         assert body["cancel_reason"] == "not needed"
     again = await http.post(f"/v1/tasks/{pending['id']}/cancel", headers=submitter)
-    assert_error(again, 409, "state_conflict", "conflict")
+    assert again.status_code == 200 and again.json()["state"] == "cancelled"  # idempotent
     queue = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "emails"))
     assert queue is not None and queue.pending == 0  # permits and counters given back
     oldest = await node.db.read(lambda tx: store.queue_oldest_ready_at(tx, SCOPE, "emails"))
@@ -250,7 +250,17 @@ async def test_cancel_pending_and_scheduled_at_once(
             headers=bearer(await make_key(node, SCOPE, Role.OPERATOR)),
         )
     ).json()["items"]
-    assert [e["action"] for e in audit] == ["task.cancel"]
+    assert [e["action"] for e in audit] == ["task.cancel"]  # the repeat audited nothing
+    from orbit_server.pulse.worker import Session, Want
+
+    finished = (await submit(http, submitter, queue="done")).json()
+    [lease] = await node.workers.claim(
+        SCOPE, Session("s", "n", "w"), [Want("done", "send", 1)], limit=1
+    )
+    await node.workers.start(lease.ref)
+    await node.workers.complete(lease.ref, None)
+    late = await http.post(f"/v1/tasks/{finished['id']}/cancel", headers=submitter)
+    assert_error(late, 409, "state_conflict", "conflict")
 
 
 async def test_wait_returns_settled_tasks_and_wakes_on_local_changes(

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from orbit_server.api.wire import Request
 from orbit_server.clock import to_rfc3339
@@ -187,10 +188,12 @@ class AttemptList(msgspec.Struct):
 
 
 class QueueUpdate(Request):
-    concurrency_limit: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | None = None
-    key_concurrency: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | None = None
-    max_pending: Annotated[int, msgspec.Meta(ge=1)] | None = None
-    paused: bool | None = None
+    """Absent fields keep their value; ``null`` removes a limit."""
+
+    concurrency_limit: Annotated[int, msgspec.Meta(ge=1, le=1000000)] | UnsetType | None = UNSET
+    key_concurrency: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | UnsetType = UNSET
+    max_pending: Annotated[int, msgspec.Meta(ge=1)] | UnsetType | None = UNSET
+    paused: bool | UnsetType = UNSET
 
 
 class Queue(msgspec.Struct):

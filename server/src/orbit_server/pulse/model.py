@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -44,11 +44,15 @@ class TaskSpec:
     gate_id: str | None = None
     traceparent: str | None = None
 
-    def request_hash(self) -> str:
-        """A digest of everything the caller asked for: the same body replays, another
-        conflicts. The trace context is not part of the request's meaning."""
+    def request_hash(self, default_timeout_ms: int) -> str:
+        """A digest of everything the caller asked for, after defaults and time zones are
+        resolved: the same request replays, another conflicts. The trace context is not part
+        of the request's meaning."""
         body = asdict(self)
         body.pop("traceparent")
+        body["timeout_ms"] = self.timeout_ms or default_timeout_ms
+        if self.run_at is not None:
+            body["run_at"] = self.run_at.astimezone(UTC).isoformat()
         encoded = msgspec.json.encode(body, order="sorted", enc_hook=str)
         return hashlib.sha256(encoded).hexdigest()
 
@@ -82,7 +86,7 @@ def new_task(
         max_backoff_ms=spec.retry.max_backoff_ms,
         timeout_ms=spec.timeout_ms or default_timeout_ms,
         idempotency_key=spec.idempotency_key,
-        request_hash=spec.request_hash() if spec.idempotency_key else None,
+        request_hash=spec.request_hash(default_timeout_ms) if spec.idempotency_key else None,
         concurrency_key=spec.concurrency_key,
         fairness_key=spec.fairness_key,
         side_effect=str(spec.side_effect),

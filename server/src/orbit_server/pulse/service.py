@@ -256,9 +256,12 @@ class TaskService:
                 raise NotFound("no such task")
             now = self._clock.now()
             state = TaskState(task.state)
+            if state is TaskState.CANCELLED or (
+                state is TaskState.RUNNING and task.cancel_requested
+            ):
+                return task  # already cancelled or asked: nothing more to do or to audit
             if state is TaskState.RUNNING:
-                if not task.cancel_requested:
-                    await store.task_request_cancel(tx, task.id, reason, now)
+                await store.task_request_cancel(tx, task.id, reason, now)
             else:
                 try:
                     decision = decide(state, Event.CANCEL)

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from litestar import get, put
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from msgspec import UNSET
 
 from orbit_server.api.context import current_request_id
 from orbit_server.api.deps import NodeDep, PrincipalDep
@@ -42,10 +43,12 @@ async def update_queue(
     if not name or len(name) > 128 or any(c.isspace() for c in name):
         raise InvalidRequest("queue names have 1 to 128 characters and no spaces")
     change = QueueSettings(
-        paused=data.paused,
-        concurrency_limit=data.concurrency_limit,
-        key_concurrency=data.key_concurrency,
-        max_pending=data.max_pending,
+        paused=None if data.paused is UNSET else data.paused,
+        concurrency_limit=data.concurrency_limit or None,
+        clear_concurrency_limit=data.concurrency_limit is None,
+        key_concurrency=data.key_concurrency or None,
+        max_pending=data.max_pending or None,
+        clear_max_pending=data.max_pending is None,
     )
     view = await node.queues.update(
         principal.scope, name, change, actor=Actor(principal.actor, current_request_id())

@@ -105,13 +105,16 @@ async def submit_task(
 
 @post("/v1/tasks:batch", summary="Submit up to 1,000 tasks at once", tags=["tasks"])
 async def submit_batch(
-    data: JSONBody[TaskBatch], principal: PrincipalDep, node: NodeDep
+    data: JSONBody[TaskBatch],
+    principal: PrincipalDep,
+    node: NodeDep,
+    traceparent: Annotated[str | None, HeaderParameter(name="traceparent")] = None,
 ) -> Response[TaskBatchOut]:
     principal.require(*WRITERS)
     specs = []
     for index, body in enumerate(data.tasks):
         try:
-            specs.append(to_spec(body, node.settings, None))
+            specs.append(to_spec(body, node.settings, _traceparent(traceparent)))
         except (InvalidRequest, PayloadTooLarge) as exc:
             raise type(exc)(f"tasks[{index}]: {exc.message}") from None
     submitted = await node.tasks.submit_many(principal.scope, specs)

@@ -4,13 +4,17 @@ SELECT DISTINCT fairness_key FROM task_ready
  LIMIT :limit
 
 -- name: ready_candidates
-SELECT task_id, fairness_key, concurrency_key, handler_version, gate_id FROM task_ready
+-- FORCE INDEX: the claim order must come from the index whatever the statistics say
+-- (a sort would hide free rows from concurrent SKIP LOCKED claimers).
+SELECT task_id, fairness_key, concurrency_key, handler_version, gate_id
+  FROM task_ready FORCE INDEX (task_ready_claim)
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND type = :type
  ORDER BY priority DESC, run_at, task_id
  LIMIT :limit FOR UPDATE SKIP LOCKED
 
 -- name: ready_candidates_of_key
-SELECT task_id, fairness_key, concurrency_key, handler_version, gate_id FROM task_ready
+SELECT task_id, fairness_key, concurrency_key, handler_version, gate_id
+  FROM task_ready FORCE INDEX (task_ready_fair)
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND type = :type
    AND fairness_key = :fairness_key
  ORDER BY priority DESC, run_at, task_id
@@ -84,13 +88,13 @@ UPDATE tasks SET state = :state, result = :result, error = :error, finished_at =
  WHERE id = :id AND lease_epoch = :epoch AND state = :expected_state
 
 -- name: leases_expired
-SELECT id, tenant, environment FROM tasks
+SELECT id, tenant, environment FROM tasks FORCE INDEX (tasks_lease)
  WHERE state IN ('leased', 'running') AND lease_expires_at <= :now
- ORDER BY state, lease_expires_at LIMIT :limit FOR UPDATE SKIP LOCKED
+ LIMIT :limit FOR UPDATE SKIP LOCKED
 
 -- name: scheduled_due
-SELECT * FROM tasks WHERE state = 'scheduled' AND run_at <= :now
- ORDER BY state, run_at LIMIT :limit FOR UPDATE SKIP LOCKED
+SELECT * FROM tasks FORCE INDEX (tasks_due) WHERE state = 'scheduled' AND run_at <= :now
+ ORDER BY run_at LIMIT :limit FOR UPDATE SKIP LOCKED
 
 -- name: tasks_set_pending_many
 UPDATE tasks SET state = 'pending', updated_at = :now WHERE id IN (:task_ids) AND state = 'scheduled'

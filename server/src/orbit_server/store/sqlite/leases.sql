@@ -88,11 +88,11 @@ UPDATE tasks SET state = :state, result = :result, error = :error, finished_at =
 -- name: leases_expired
 SELECT id, tenant, environment FROM tasks
  WHERE state IN ('leased', 'running') AND lease_expires_at <= :now
- ORDER BY state, lease_expires_at LIMIT :limit
+ LIMIT :limit
 
 -- name: scheduled_due
 SELECT * FROM tasks WHERE state = 'scheduled' AND run_at <= :now
- ORDER BY state, run_at LIMIT :limit
+ ORDER BY run_at LIMIT :limit
 
 -- name: tasks_set_pending_many
 UPDATE tasks SET state = 'pending', updated_at = :now WHERE id IN (:task_ids) AND state = 'scheduled'

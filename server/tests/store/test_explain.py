@@ -1,0 +1,65 @@
+"""The claim and scan queries are served by their indexes (DATABASE.md: a server-side sort lets
+a second SKIP LOCKED claimer see no rows while many are free)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from orbit_server.clock import FakeClock
+from orbit_server.pulse.model import TaskSpec
+from orbit_server.runtime.node import Node
+from orbit_server.store import Tx
+from tests.conftest import SCOPE
+
+# query name → the index that must serve it, with its parameters
+PLANS: dict[str, tuple[str, dict[str, Any]]] = {
+    "ready_candidates": ("task_ready_claim", {"queue": "emails", "type": "send", "limit": 50}),
+    "ready_candidates_of_key": (
+        "task_ready_fair",
+        {"queue": "emails", "type": "send", "limit": 50, "fairness_key": "k1"},
+    ),
+    "leases_expired": ("tasks_lease", {"limit": 50}),
+    "scheduled_due": ("tasks_due", {"limit": 50}),
+}
+
+
+async def explain(tx: Tx, sql: str, args: tuple[Any, ...]) -> list[dict[str, Any]]:
+    conn = tx._conn  # type: ignore[attr-defined]
+    async with conn.cursor() as cursor:
+        await cursor.execute("EXPLAIN " + sql, args)
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in await cursor.fetchall()]
+
+
+@pytest.mark.parametrize("query", sorted(PLANS))
+async def test_claim_and_scan_queries_use_their_index_without_sorting(
+    node: Node, clock: FakeClock, query: str
+) -> None:
+    if node.db.dialect != "mysql":
+        pytest.skip("the plans checked here are InnoDB's; SQLite has one writer and no SKIP LOCKED")
+    specs = [
+        TaskSpec(queue="emails", type="send", fairness_key=f"k{i % 5}", priority=i % 3)
+        for i in range(300)
+    ]
+    await node.tasks.submit_many(SCOPE, specs)
+    await node.tasks.submit_many(SCOPE, [TaskSpec(queue="emails", type="send", delay_ms=1000)] * 50)
+    index, params = PLANS[query]
+    values = {
+        "tenant": SCOPE.tenant,
+        "environment": SCOPE.environment,
+        "before": "~",
+        "now": clock.now() + timedelta(seconds=10),
+        **params,
+    }
+    sql, args = node.db.queries.bind(query, values)
+
+    async def unit(tx: Tx) -> list[dict[str, Any]]:
+        return await explain(tx, sql, tuple(args))
+
+    plan = await node.db.run(unit)
+    first = plan[0]
+    assert first["key"] == index, [dict(p) for p in plan]
+    assert "filesort" not in str(first.get("Extra") or "").lower(), plan
