@@ -1,0 +1,140 @@
+"""Races on a real MariaDB, several connections at once (SQLite has a single writer, so these
+interleavings cannot happen there). Steps are ordered by events and by InnoDB's own view of
+lock waits, never by sleeping."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from orbit_server.audit import Actor
+from orbit_server.pulse.model import TaskSpec
+from orbit_server.pulse.service import QueueSettings
+from orbit_server.pulse.worker import Session, StartVerdict, Want
+from orbit_server.runtime.node import Node
+from orbit_server.store import Tx
+from orbit_server.store import leases as lstore
+from orbit_server.store import pulse as store
+from tests.conftest import SCOPE
+from tests.store.test_backends import wait_for_lock_waiters
+
+ACTOR = Actor("test")
+
+
+@pytest.fixture(autouse=True)
+def mariadb_only(node: Node) -> None:
+    if node.db.dialect != "mysql":
+        pytest.skip("SQLite serialises writers: these interleavings cannot occur")
+
+
+def sessions(n: int) -> list[Session]:
+    return [Session(f"s{i}", f"node-{i}", f"w{i}") for i in range(n)]
+
+
+async def submit(node: Node, count: int, **fields: object) -> None:
+    spec = TaskSpec(**{"queue": "q", "type": "t", **fields})  # type: ignore[arg-type]
+    await node.tasks.submit_many(SCOPE, [spec] * count)
+
+
+async def test_overlapping_claimers_skip_each_others_rows(node: Node) -> None:
+    await submit(node, 20)
+    both_selected = asyncio.Barrier(2)
+
+    async def hold_candidates(tx: Tx) -> set[str]:
+        rows = await lstore.ready_candidates(tx, SCOPE, "q", "t", limit=5)
+        await both_selected.wait()  # both transactions hold their locks at the same time
+        return {r.task_id for r in rows}
+
+    first, second = await asyncio.gather(node.db.run(hold_candidates), node.db.run(hold_candidates))
+    assert len(first) == len(second) == 5 and not first & second
+
+
+async def test_a_claim_and_a_submit_to_one_queue_both_go_through(node: Node) -> None:
+    await submit(node, 5)
+    claimed, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_claim(tx: Tx) -> int:
+        rows = await lstore.ready_candidates(tx, SCOPE, "q", "t", limit=5)
+        await store.queue_get(tx, SCOPE, "q", lock=True)
+        claimed.set()
+        await release.wait()
+        return len(rows)
+
+    claiming = asyncio.create_task(node.db.run(slow_claim))
+    await claimed.wait()
+    submitting = asyncio.create_task(submit(node, 1))
+    await wait_for_lock_waiters(node.db, 1)  # the submit waits for the claim's queue row
+    release.set()
+    assert await claiming == 5
+    await submitting  # no lock wait timeout: it went through once the claim committed
+    q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
+    assert q is not None and q.pending == 6
+
+
+async def test_the_queue_limit_holds_against_concurrent_claims(node: Node) -> None:
+    await node.queues.update(SCOPE, "q", QueueSettings(concurrency_limit=3), actor=ACTOR)
+    await submit(node, 30)
+    batches = await asyncio.gather(
+        *(node.workers.claim(SCOPE, s, [Want("q", "t", 10)], limit=10) for s in sessions(5))
+    )
+    assert sum(len(b) for b in batches) == 3
+    q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
+    assert q is not None and q.active == 3
+
+
+async def test_key_exclusion_holds_against_concurrent_claims(node: Node) -> None:
+    await submit(node, 10, concurrency_key="user-1")
+    await submit(node, 10, concurrency_key="user-2")
+    batches = await asyncio.gather(
+        *(node.workers.claim(SCOPE, s, [Want("q", "t", 10)], limit=10) for s in sessions(5))
+    )
+    keys = sorted(lease.task.concurrency_key or "" for b in batches for lease in b)
+    assert keys == ["user-1", "user-2"]
+
+
+async def test_once_a_gate_close_commits_no_claim_or_start_succeeds(node: Node) -> None:
+    gate = await node.gates.create(SCOPE)
+    await submit(node, 4, gate_id=gate)
+    reading, release = asyncio.Event(), asyncio.Event()
+
+    async def claim_holding_the_gate(tx: Tx) -> dict[str, bool]:
+        seen = await lstore.gates_open(tx, [gate])
+        reading.set()
+        await release.wait()
+        return seen
+
+    claiming = asyncio.create_task(node.db.run(claim_holding_the_gate))
+    await reading.wait()
+    closing = asyncio.create_task(node.gates.set_open(SCOPE, gate, open_=False))
+    await wait_for_lock_waiters(node.db, 1)  # the close waits for the claimer's shared lock
+    release.set()
+    assert await claiming == {gate: True}  # decided before the close committed
+    await closing
+    [leaseless] = await asyncio.gather(
+        node.workers.claim(SCOPE, sessions(1)[0], [Want("q", "t", 10)], limit=10)
+    )
+    assert leaseless == []
+
+
+async def test_a_start_racing_a_close_is_denied_after_the_close(node: Node) -> None:
+    gate = await node.gates.create(SCOPE)
+    await submit(node, 1, gate_id=gate)
+    [lease] = await node.workers.claim(SCOPE, sessions(1)[0], [Want("q", "t", 1)], limit=1)
+    await node.gates.set_open(SCOPE, gate, open_=False)
+    assert await node.workers.start(lease.ref) is StartVerdict.DENIED_GATE
+
+
+async def test_a_stale_holder_racing_the_new_holder_changes_nothing(node: Node) -> None:
+    from datetime import timedelta
+
+    await submit(node, 1)
+    alice, bob = sessions(2)
+    [old] = await node.workers.claim(SCOPE, alice, [Want("q", "t", 1)], limit=1)
+    node.clock.advance(timedelta(milliseconds=node.settings.lease_ms + 1))  # type: ignore[attr-defined]
+    await node.workers.expire_leases()
+    [new] = await node.workers.claim(SCOPE, bob, [Want("q", "t", 1)], limit=1)
+    results = await asyncio.gather(node.workers.start(old.ref), node.workers.start(new.ref))
+    assert results == [StartVerdict.STALE, StartVerdict.STARTED]
+    q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
+    assert q is not None and (q.active, q.pending) == (1, 0)
