@@ -11,12 +11,13 @@ from orbit_server.config import ServerRole, Settings
 from orbit_server.governance.service import AuditService, KeyService
 from orbit_server.observability.metrics import Metrics
 from orbit_server.pulse.gates import GateService
-from orbit_server.pulse.loops import recovery_loop
+from orbit_server.pulse.loops import recovery_loop, retention_loop
 from orbit_server.pulse.service import QueueService, TaskService
 from orbit_server.pulse.watch import TaskWatch
 from orbit_server.pulse.worker import WorkerService
 from orbit_server.runtime.health import ReadinessProbe
 from orbit_server.runtime.node import Node
+from orbit_server.runtime.ratelimit import RateLimiter
 from orbit_server.runtime.roles import Supervisor
 from orbit_server.store import Database, open_database
 from orbit_server.store.migrate import schema_status
@@ -65,6 +66,12 @@ async def build_node(
     watch = TaskWatch()
     workers = WorkerService(db, clock, watch, lease_ms=settings.lease_ms)
     supervisor.register(ServerRole.RECOVERY, "lease-recovery", lambda: recovery_loop(workers))
+    tasks = TaskService(db, clock, audit_writer, watch, default_timeout_ms=settings.task_timeout_ms)
+    supervisor.register(
+        ServerRole.RECOVERY,
+        "retention",
+        lambda: retention_loop(lambda: tasks.prune_finished(settings.result_retention_ms)),
+    )
     return Node(
         settings=settings,
         clock=clock,
@@ -76,12 +83,11 @@ async def build_node(
         audit_writer=audit_writer,
         keys=KeyService(db, clock, audit_writer),
         audit=AuditService(db),
-        tasks=TaskService(
-            db, clock, audit_writer, watch, default_timeout_ms=settings.task_timeout_ms
-        ),
+        tasks=tasks,
         queues=QueueService(db, clock, audit_writer),
         workers=workers,
         gates=GateService(db, clock),
+        submit_limiter=RateLimiter(settings.submit_rate_per_key, settings.submit_burst_per_key),
     )
 
 

@@ -69,6 +69,12 @@ class Settings:
     max_body_bytes: int = _setting(
         8 * 1024 * 1024, "Largest HTTP request body accepted (checked before parsing)", minimum=1024
     )
+    submit_rate_per_key: int = _setting(
+        0, "Tasks per second one API key may submit on one node (0: no limit)", minimum=0
+    )
+    submit_burst_per_key: int = _setting(
+        1000, "Tasks a key may submit at once before its rate applies", minimum=1
+    )
     max_params_bytes: int = _setting(
         1024 * 1024, "Largest params of one task, as JSON (a bigger task answers 413)", minimum=1024
     )

@@ -156,6 +156,16 @@ class TransientError(OrbitError):
     retryable = True
     retry_after_s: ClassVar[int] = 1
 
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        details: dict[str, Any] | None = None,
+        retry_after_s: int | None = None,
+    ) -> None:
+        super().__init__(message, details=details)
+        self.retry_after = retry_after_s or type(self).retry_after_s
+
 
 class RateLimited(TransientError):
     code = "rate_limited"

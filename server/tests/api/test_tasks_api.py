@@ -316,3 +316,23 @@ async def test_retry_and_resolve_are_for_operators_and_check_state(
         f"/v1/tasks/{task['id']}/resolve", json={"outcome": "failed"}, headers=operator
     )
     assert_error(missing_error, 400, "invalid_request", "protocol")
+
+
+async def test_submissions_over_the_keys_rate_are_429(
+    http: httpx2.AsyncClient, submitter: dict[str, str], node: Node
+) -> None:
+    from orbit_server.runtime.ratelimit import RateLimiter
+
+    node.submit_limiter = RateLimiter(rate_per_s=1, burst=2, now=lambda: 0.0)
+    assert (await submit(http, submitter)).status_code == 201
+    assert (await submit(http, submitter)).status_code == 201
+    limited = await submit(http, submitter)
+    assert_error(limited, 429, "rate_limited", "transient")
+    assert limited.headers["retry-after"] == "1"
+    too_big = await http.post(
+        "/v1/tasks:batch", json={"tasks": [{"queue": "q", "type": "t"}] * 3}, headers=submitter
+    )
+    assert "split the batch" in str(
+        assert_error(too_big, 429, "rate_limited", "transient")["message"]
+    )
+    assert len((await http.get("/v1/tasks", headers=submitter)).json()["items"]) == 2

@@ -372,3 +372,33 @@ async def test_result_events_are_consumed_exactly_once(node: Node) -> None:
     with pytest.raises(RuntimeError):
         await consumer.process(event, crash)
     assert [e.id for e in await consumer.pending()] == [event.id]  # not lost
+
+
+@pytest.mark.covers("tasks_prune")
+async def test_retention_prunes_finished_history_within_a_budget(
+    node: Node, clock: FakeClock
+) -> None:
+    from orbit_server.pulse.events import EventConsumer
+    from orbit_server.store import Tx
+    from orbit_server.store.pulse import TaskEventRecord
+
+    old = await submit(node, 3)
+    for task_id in old:
+        await node.tasks.cancel(SCOPE, task_id, reason=None, actor=ACTOR)
+    clock.advance(timedelta(days=8))
+    [recent] = await submit(node)
+    await node.tasks.cancel(SCOPE, recent, reason=None, actor=ACTOR)
+    [waiting] = await submit(node)
+    retention_ms = 7 * 86_400_000
+    # Events not yet processed keep their tasks.
+    assert await node.tasks.prune_finished(retention_ms) == 0
+
+    async def ignore(tx: Tx, event: TaskEventRecord) -> None:
+        return None
+
+    await EventConsumer(node.db, node.clock).drain(ignore)
+    assert await node.tasks.prune_finished(retention_ms, budget=2) == 2
+    assert await node.tasks.prune_finished(retention_ms, budget=2) == 1
+    assert await node.tasks.prune_finished(retention_ms) == 0
+    remaining = {t.id for t in (await node.tasks.list_tasks(SCOPE, limit=50))[0]}
+    assert remaining == {recent, waiting}

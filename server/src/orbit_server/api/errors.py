@@ -53,7 +53,7 @@ def error_body(error: errors.OrbitError, request_id: str | None) -> dict[str, An
 def error_headers(error: errors.OrbitError) -> dict[str, str]:
     headers = {}
     if isinstance(error, errors.TransientError) and error.retryable:
-        headers["Retry-After"] = str(error.retry_after_s)
+        headers["Retry-After"] = str(error.retry_after)
     if isinstance(error, errors.MethodNotAllowed) and "allow" in error.details:
         headers["Allow"] = ", ".join(error.details["allow"])
     return headers

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import structlog
 
@@ -26,4 +27,16 @@ async def recovery_loop(worker: WorkerService, *, interval_s: float = 0.5) -> No
             log.warning("recovery pass skipped: database unavailable", reason=exc.message)
             expired = promoted = 0
         if expired == 0 and promoted == 0:
+            await asyncio.sleep(interval_s)
+
+
+async def retention_loop(prune: Callable[[], Awaitable[int]], *, interval_s: float = 60.0) -> None:
+    """Prune finished history in bounded passes (SPEC P10): a full pass runs again at once."""
+    while True:
+        try:
+            removed = await prune()
+        except Unavailable as exc:
+            log.warning("retention pass skipped: database unavailable", reason=exc.message)
+            removed = 0
+        if removed == 0:
             await asyncio.sleep(interval_s)

@@ -11,7 +11,7 @@ import asyncio
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from orbit_server.audit import Actor, AuditWriter
@@ -294,6 +294,17 @@ class TaskService:
         task = await self._db.run(unit)
         self._watch.notify(task.id)
         return task
+
+    # -- history (P10) ------------------------------------------------------------------------
+
+    async def prune_finished(self, retention_ms: int, *, budget: int = 1000) -> int:
+        """Delete tasks finished longer than ``retention_ms`` ago, at most ``budget`` per call."""
+        before = self._clock.now() - timedelta(milliseconds=retention_ms)
+
+        async def unit(tx: Tx) -> int:
+            return await store.tasks_prune(tx, before, limit=budget)
+
+        return await self._db.run(unit)
 
     # -- operator recovery (P4, P8) -----------------------------------------------------------
 

@@ -13,6 +13,7 @@ from orbit_server.pulse.gates import GateService
 from orbit_server.pulse.service import QueueService, TaskService
 from orbit_server.pulse.worker import WorkerService
 from orbit_server.runtime.health import ReadinessProbe
+from orbit_server.runtime.ratelimit import RateLimiter
 from orbit_server.runtime.roles import Supervisor
 from orbit_server.store import Database, ServerInfo
 
@@ -33,6 +34,7 @@ class Node:
     queues: QueueService
     workers: WorkerService
     gates: GateService
+    submit_limiter: RateLimiter
 
     async def start(self) -> None:
         await self.supervisor.start()

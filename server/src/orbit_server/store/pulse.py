@@ -494,3 +494,15 @@ async def task_resolve(
 async def task_event_mark_processed(tx: Tx, event_id: str, now: datetime) -> bool:
     """Mark an event processed; False when it already was (a duplicate delivery)."""
     return await tx.execute("task_event_mark_processed", {"id": event_id, "now": now}) == 1
+
+
+async def tasks_prune(tx: Tx, before: datetime, *, limit: int) -> int:
+    """Delete up to ``limit`` tasks that finished before ``before`` with their attempts and
+    processed events; a task whose result event is not yet processed is kept."""
+    rows = await tx.fetch_all("tasks_finished_before", {"before": before, "limit": limit})
+    ids = [str(r["id"]) for r in rows]
+    if not ids:
+        return 0
+    await tx.execute("attempts_delete_for_tasks", {"task_ids": ids})
+    await tx.execute("events_delete_for_tasks", {"task_ids": ids})
+    return await tx.execute("tasks_delete", {"task_ids": ids})

@@ -41,7 +41,7 @@ async def readyz(node: NodeDep) -> Response[ReadinessBody]:
             error=error_body(error, current_request_id())["error"],
         ),
         status_code=503,
-        headers={"Retry-After": str(error.retry_after_s)},
+        headers={"Retry-After": str(error.retry_after)},
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import msgspec
@@ -24,11 +25,12 @@ from orbit_server.api.wire_tasks import (
 )
 from orbit_server.audit import Actor
 from orbit_server.config import Settings
-from orbit_server.errors import InvalidRequest, PayloadTooLarge
+from orbit_server.errors import InvalidRequest, PayloadTooLarge, RateLimited
 from orbit_server.governance.keys import Principal, Role
 from orbit_server.pulse.model import TaskSpec
 from orbit_server.pulse.retry import RetryPolicy
 from orbit_server.pulse.states import SideEffect, TaskState
+from orbit_server.runtime.node import Node
 
 READERS = (Role.SUBMITTER, Role.OPERATOR, Role.ADMIN)
 WRITERS = (Role.SUBMITTER, Role.OPERATOR)
@@ -86,6 +88,21 @@ def _traceparent(value: str | None) -> str | None:
     return None
 
 
+def _take_submit_quota(node: Node, principal: Principal, count: int) -> None:
+    wait_s = node.submit_limiter.take(principal.key_id, count)
+    if wait_s == 0:
+        return
+    if math.isinf(wait_s):
+        raise RateLimited(
+            f"this key may submit at most {node.submit_limiter.burst:g} tasks at once; "
+            "split the batch"
+        )
+    raise RateLimited(
+        f"this key submits faster than {node.submit_limiter.rate:g} tasks/s",
+        retry_after_s=max(1, math.ceil(wait_s)),
+    )
+
+
 def _actor(principal: Principal) -> Actor:
     return Actor(principal.actor, current_request_id())
 
@@ -99,6 +116,7 @@ async def submit_task(
 ) -> Response[Task]:
     principal.require(*WRITERS)
     spec = to_spec(data, node.settings, _traceparent(traceparent))
+    _take_submit_quota(node, principal, 1)
     submitted = await node.tasks.submit(principal.scope, spec)
     return Response(Task.of(submitted.task), status_code=201 if submitted.created else 200)
 
@@ -117,6 +135,7 @@ async def submit_batch(
             specs.append(to_spec(body, node.settings, _traceparent(traceparent)))
         except (InvalidRequest, PayloadTooLarge) as exc:
             raise type(exc)(f"tasks[{index}]: {exc.message}") from None
+    _take_submit_quota(node, principal, len(specs))
     submitted = await node.tasks.submit_many(principal.scope, specs)
     created = any(item.created for item in submitted)
     return Response(

@@ -147,3 +147,18 @@ UPDATE tasks SET state = :state, result = :result, error = :error, finished_at =
 
 -- name: task_event_mark_processed
 UPDATE task_events SET processed = 1, processed_at = :now WHERE id = :id AND processed = 0
+
+-- name: tasks_finished_before
+SELECT id FROM tasks t
+ WHERE state IN ('succeeded', 'failed', 'cancelled') AND finished_at < :before
+   AND NOT EXISTS (SELECT 1 FROM task_events e WHERE e.task_id = t.id AND e.processed = 0)
+ LIMIT :limit
+
+-- name: attempts_delete_for_tasks
+DELETE FROM task_attempts WHERE task_id IN (:task_ids)
+
+-- name: events_delete_for_tasks
+DELETE FROM task_events WHERE task_id IN (:task_ids) AND processed = 1
+
+-- name: tasks_delete
+DELETE FROM tasks WHERE id IN (:task_ids)
