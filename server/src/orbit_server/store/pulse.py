@@ -280,39 +280,41 @@ async def queue_oldest_ready_at(tx: Tx, scope: Scope, name: str) -> datetime | N
 # -- tasks ------------------------------------------------------------------------------------
 
 
+def task_insert_params(task: TaskRecord) -> dict[str, Any]:
+    """The parameters of ``task_insert`` for one task (also for bulk ``execute_many``)."""
+    return {
+        **_scope_params(task.scope),
+        "id": task.id,
+        "queue": task.queue,
+        "type": task.type,
+        "state": task.state,
+        "params": _json(task.params),
+        "priority": task.priority,
+        "run_at": task.run_at,
+        "max_attempts": task.max_attempts,
+        "initial_backoff_ms": task.initial_backoff_ms,
+        "backoff_multiplier": task.backoff_multiplier,
+        "max_backoff_ms": task.max_backoff_ms,
+        "timeout_ms": task.timeout_ms,
+        "idempotency_key": task.idempotency_key,
+        "request_hash": task.request_hash,
+        "concurrency_key": task.concurrency_key,
+        "fairness_key": task.fairness_key,
+        "side_effect": task.side_effect,
+        "handler_version": task.handler_version,
+        "labels": _json(task.labels) if task.labels else None,
+        "owner_kind": task.owner_kind,
+        "owner_id": task.owner_id,
+        "owner_step": task.owner_step,
+        "gate_id": task.gate_id,
+        "traceparent": task.traceparent,
+        "created_at": task.created_at,
+    }
+
+
 async def task_insert(tx: Tx, task: TaskRecord) -> None:
     """Insert a new task; DuplicateKey when its idempotency key is taken."""
-    await tx.execute(
-        "task_insert",
-        {
-            **_scope_params(task.scope),
-            "id": task.id,
-            "queue": task.queue,
-            "type": task.type,
-            "state": task.state,
-            "params": _json(task.params),
-            "priority": task.priority,
-            "run_at": task.run_at,
-            "max_attempts": task.max_attempts,
-            "initial_backoff_ms": task.initial_backoff_ms,
-            "backoff_multiplier": task.backoff_multiplier,
-            "max_backoff_ms": task.max_backoff_ms,
-            "timeout_ms": task.timeout_ms,
-            "idempotency_key": task.idempotency_key,
-            "request_hash": task.request_hash,
-            "concurrency_key": task.concurrency_key,
-            "fairness_key": task.fairness_key,
-            "side_effect": task.side_effect,
-            "handler_version": task.handler_version,
-            "labels": _json(task.labels) if task.labels else None,
-            "owner_kind": task.owner_kind,
-            "owner_id": task.owner_id,
-            "owner_step": task.owner_step,
-            "gate_id": task.gate_id,
-            "traceparent": task.traceparent,
-            "created_at": task.created_at,
-        },
-    )
+    await tx.execute("task_insert", task_insert_params(task))
 
 
 async def task_get(tx: Tx, scope: Scope, task_id: str, *, lock: bool = False) -> TaskRecord | None:
@@ -354,23 +356,25 @@ async def task_list(
     return [task_from_row(r) for r in await tx.fetch_all(name, params)]
 
 
+def task_ready_params(task: TaskRecord) -> dict[str, Any]:
+    """The parameters of ``task_ready_insert`` for one task."""
+    return {
+        **_scope_params(task.scope),
+        "task_id": task.id,
+        "queue": task.queue,
+        "type": task.type,
+        "priority": task.priority,
+        "run_at": task.run_at,
+        "fairness_key": task.fairness_key or "",
+        "concurrency_key": task.concurrency_key,
+        "handler_version": task.handler_version,
+        "gate_id": task.gate_id,
+    }
+
+
 async def task_ready_insert(tx: Tx, task: TaskRecord) -> None:
     """Put a pending task into the claim range."""
-    await tx.execute(
-        "task_ready_insert",
-        {
-            **_scope_params(task.scope),
-            "task_id": task.id,
-            "queue": task.queue,
-            "type": task.type,
-            "priority": task.priority,
-            "run_at": task.run_at,
-            "fairness_key": task.fairness_key or "",
-            "concurrency_key": task.concurrency_key,
-            "handler_version": task.handler_version,
-            "gate_id": task.gate_id,
-        },
-    )
+    await tx.execute("task_ready_insert", task_ready_params(task))
 
 
 async def task_ready_delete(tx: Tx, task_id: str) -> bool:

@@ -1,0 +1,43 @@
+"""``python -m bench <scenario> …`` — see bench/README.md."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    # The MariaDB harness of the test suite starts a private server for a run.
+    sys.path.insert(0, str(ROOT / "server"))
+    from bench.claim import run_claim_benchmark
+
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    sub = parser.add_subparsers(dest="scenario", required=True)
+    claim = sub.add_parser("claim", help="service-level claim + start + complete vs backlog size")
+    claim.add_argument(
+        "--backlog",
+        type=int,
+        action="append",
+        help="pending tasks (repeatable; default 10000 and 1000000)",
+    )
+    claim.add_argument(
+        "--measure", type=int, default=5000, help="tasks claimed and completed per run"
+    )
+    claim.add_argument("--batch", type=int, default=100, help="tasks per claim")
+    claim.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
+    claim.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
+    claim.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
+    args = parser.parse_args(argv)
+    backlogs = args.backlog or ([300] if args.smoke else [10_000, 1_000_000])
+    measure = 100 if args.smoke else args.measure
+    return asyncio.run(
+        run_claim_benchmark(backlogs, measure=measure, batch=args.batch, url=args.url, out=args.out)
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

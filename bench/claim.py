@@ -1,0 +1,194 @@
+"""Claim + start + complete through Pulse's worker-side service, with small and huge backlogs.
+
+The figure that matters is the cost per claimed task as the backlog grows: the claim reads only
+``task_ready`` in index order, so 1,000,000 pending tasks should cost about what 10,000 do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from orbit_server.clock import SystemClock
+from orbit_server.ids import new_id
+from orbit_server.pulse.model import TaskSpec, new_task
+from orbit_server.pulse.watch import TaskWatch
+from orbit_server.pulse.worker import Session, Want, WorkerService
+from orbit_server.scope import Scope
+from orbit_server.store import Database, Tx, open_database
+from orbit_server.store import pulse as store
+from orbit_server.store.migrate import migrate
+
+SCOPE = Scope("bench", "bench")
+SEED_CHUNK = 5000
+
+
+@dataclass
+class ClaimResult:
+    backlog: int
+    measured: int
+    seed_s: float
+    claim_s: float
+    start_complete_s: float
+    claim_us_per_task: float
+    start_complete_us_per_task: float
+    tasks_per_s: float
+
+
+async def seed(db: Database, count: int) -> float:
+    """Insert ``count`` pending tasks quickly (multi-row inserts, chunks per transaction)."""
+    clock = SystemClock()
+    started = time.perf_counter()
+    spec = TaskSpec(queue="bench", type="noop", params={"n": 1})
+    done = 0
+    while done < count:
+        size = min(SEED_CHUNK, count - done)
+        now = clock.now()
+        tasks = [
+            new_task(spec, task_id=new_id(), scope=SCOPE, now=now, default_timeout_ms=300_000)
+            for _ in range(size)
+        ]
+
+        async def unit(tx: Tx, tasks: list[Any] = tasks, now: datetime = now) -> None:
+            await store.queue_ensure(tx, SCOPE, "bench", now)
+            await tx.execute_many("task_insert", [store.task_insert_params(t) for t in tasks])
+            await tx.execute_many("task_ready_insert", [store.task_ready_params(t) for t in tasks])
+            await store.queue_add_counts(tx, SCOPE, "bench", pending=len(tasks), now=now)
+
+        await db.run(unit, timeout_s=600)
+        done += size
+    return time.perf_counter() - started
+
+
+async def measure_claims(db: Database, measure: int, batch: int) -> tuple[float, float, int]:
+    clock = SystemClock()
+    workers = WorkerService(db, clock, TaskWatch(), lease_ms=60_000)
+    session = Session("bench-session", "bench-node", "bench-worker")
+    claim_s = work_s = 0.0
+    claimed = 0
+    while claimed < measure:
+        t0 = time.perf_counter()
+        leases = await workers.claim(
+            SCOPE, session, [Want("bench", "noop", batch)], limit=min(batch, measure - claimed)
+        )
+        t1 = time.perf_counter()
+        if not leases:
+            break
+        for lease in leases:
+            await workers.start(lease.ref)
+            await workers.complete(lease.ref, None)
+        claim_s += t1 - t0
+        work_s += time.perf_counter() - t1
+        claimed += len(leases)
+    return claim_s, work_s, claimed
+
+
+async def server_facts(db: Database) -> dict[str, Any]:
+    async def unit(tx: Tx) -> dict[str, Any]:
+        version = await tx.fetch_one("server_version")
+        facts: dict[str, Any] = {"version": version["version"] if version else None}
+        if db.dialect == "mysql":
+            for row in await tx.fetch_all("server_variables"):
+                facts[str(row["Variable_name"])] = row["Value"]
+        return facts
+
+    return await db.read(unit)
+
+
+async def run_one(
+    url: str, backlog: int, measure: int, batch: int
+) -> tuple[ClaimResult, dict[str, Any]]:
+    db = open_database(url, pool_max=4)
+    await db.connect()
+    try:
+        await migrate(db)
+        seed_s = await seed(db, backlog + measure)
+        claim_s, work_s, claimed = await measure_claims(db, measure, batch)
+        facts = await server_facts(db)
+    finally:
+        await db.close()
+    result = ClaimResult(
+        backlog=backlog,
+        measured=claimed,
+        seed_s=round(seed_s, 2),
+        claim_s=round(claim_s, 3),
+        start_complete_s=round(work_s, 3),
+        claim_us_per_task=round(claim_s / max(claimed, 1) * 1e6, 1),
+        start_complete_us_per_task=round(work_s / max(claimed, 1) * 1e6, 1),
+        tasks_per_s=round(claimed / max(claim_s + work_s, 1e-9), 1),
+    )
+    return result, facts
+
+
+async def run_claim_benchmark(
+    backlogs: list[int], *, measure: int, batch: int, url: str | None, out: Path
+) -> int:
+    server: AbstractContextManager[Any]
+    if url is None:
+        from tests.harness.mariadb import MariaDBServer
+
+        server = MariaDBServer()
+    else:
+        server = nullcontext()
+    results: list[ClaimResult] = []
+    facts: dict[str, Any] = {}
+    with server as harness:
+        for backlog in backlogs:
+            if harness is not None:
+                run_url = harness.create_database(f"bench_{backlog}")
+            else:
+                assert url is not None
+                run_url = url
+            result, facts = await run_one(run_url, backlog, measure, batch)
+            results.append(result)
+            print(json.dumps(asdict(result)), flush=True)
+            if harness is not None:
+                harness.drop_database(f"bench_{backlog}")
+    report = write_report(out, results, facts, measure=measure, batch=batch)
+    print(f"report: {report}")
+    return 0
+
+
+def write_report(
+    out: Path, results: list[ClaimResult], facts: dict[str, Any], *, measure: int, batch: int
+) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    machine = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "database": facts,
+    }
+    data = {"scenario": "claim", "measure": measure, "batch": batch, "machine": machine,
+            "results": [asdict(r) for r in results]}  # fmt: skip
+    (out / f"claim-{stamp}.json").write_text(json.dumps(data, indent=2))
+    lines = [
+        f"# Claim benchmark ({stamp})",
+        "",
+        f"Machine: {machine['cpus']} CPUs, Python {machine['python']}, {machine['platform']}; "
+        f"database {facts.get('version')}, innodb_flush_log_at_trx_commit="
+        f"{facts.get('innodb_flush_log_at_trx_commit')}. Claims of {batch}; start and complete "
+        "one transaction each.",
+        "",
+        "| backlog | measured | claim µs/task | start+complete µs/task | tasks/s |",
+        "| ---: | ---: | ---: | ---: | ---: |",
+    ]
+    lines += [
+        f"| {r.backlog:,} | {r.measured:,} | {r.claim_us_per_task} | "
+        f"{r.start_complete_us_per_task} | {r.tasks_per_s} |"
+        for r in results
+    ]
+    if len(results) >= 2 and results[0].claim_us_per_task:
+        ratio = results[-1].claim_us_per_task / results[0].claim_us_per_task
+        lines += ["", f"Claim cost ratio, largest / smallest backlog: {ratio:.2f}×"]
+    path = out / f"claim-{stamp}.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
