@@ -333,6 +333,6 @@ async def test_submissions_over_the_keys_rate_are_429(
         "/v1/tasks:batch", json={"tasks": [{"queue": "q", "type": "t"}] * 3}, headers=submitter
     )
     assert "split the batch" in str(
-        assert_error(too_big, 429, "rate_limited", "transient")["message"]
+        assert_error(too_big, 400, "invalid_request", "protocol")["message"]
     )
     assert len((await http.get("/v1/tasks", headers=submitter)).json()["items"]) == 2

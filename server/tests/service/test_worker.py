@@ -379,10 +379,11 @@ async def test_retention_prunes_finished_history_within_a_budget(
     node: Node, clock: FakeClock
 ) -> None:
     from orbit_server.pulse.events import EventConsumer
+    from orbit_server.pulse.model import Owner
     from orbit_server.store import Tx
     from orbit_server.store.pulse import TaskEventRecord
 
-    old = await submit(node, 3)
+    old = await submit(node, 3, owner=Owner("workflow", "wf_1", "step"))
     for task_id in old:
         await node.tasks.cancel(SCOPE, task_id, reason=None, actor=ACTOR)
     clock.advance(timedelta(days=8))
@@ -390,7 +391,7 @@ async def test_retention_prunes_finished_history_within_a_budget(
     await node.tasks.cancel(SCOPE, recent, reason=None, actor=ACTOR)
     [waiting] = await submit(node)
     retention_ms = 7 * 86_400_000
-    # Events not yet processed keep their tasks.
+    # Events of owned tasks not yet processed by their owner keep the tasks.
     assert await node.tasks.prune_finished(retention_ms) == 0
 
     async def ignore(tx: Tx, event: TaskEventRecord) -> None:
@@ -402,3 +403,45 @@ async def test_retention_prunes_finished_history_within_a_budget(
     assert await node.tasks.prune_finished(retention_ms) == 0
     remaining = {t.id for t in (await node.tasks.list_tasks(SCOPE, limit=50))[0]}
     assert remaining == {recent, waiting}
+
+
+async def test_every_result_event_survives_retries_and_repeats(node: Node) -> None:
+    [task_id] = await submit(node)
+    await node.tasks.cancel(SCOPE, task_id, reason=None, actor=ACTOR)
+    await node.tasks.retry(SCOPE, task_id, actor=ACTOR)
+    await node.tasks.cancel(SCOPE, task_id, reason=None, actor=ACTOR)
+    found = await node.db.read(lambda tx: store.task_event_list_pending(tx, limit=10))
+    assert [(e.task_id, e.state, e.seq) for e in found] == [
+        (task_id, "cancelled", 1),
+        (task_id, "cancelled", 2),
+    ]
+
+
+async def test_history_of_plain_tasks_is_pruned_without_a_consumer(
+    node: Node, clock: FakeClock
+) -> None:
+    [task_id] = await submit(node)
+    await node.tasks.cancel(SCOPE, task_id, reason=None, actor=ACTOR)
+    clock.advance(timedelta(days=8))
+    assert await node.tasks.prune_finished(7 * 86_400_000) == 1
+    assert await node.db.read(lambda tx: store.task_event_list_pending(tx, limit=10)) == []
+
+
+@pytest.mark.covers("ready_fairness_keys")
+async def test_fairness_keys_are_found_by_seeks_and_rotate(node: Node) -> None:
+    from orbit_server.store import leases as lstore
+
+    for key in ("c", "a", "", "b"):
+        await submit(node, 2, fairness_key=key or None)
+
+    async def keys(limit: int, start_after: str | None) -> list[str]:
+        return await node.db.read(
+            lambda tx: lstore.ready_fairness_keys(
+                tx, SCOPE, "emails", "send", limit=limit, start_after=start_after
+            )
+        )
+
+    assert await keys(10, None) == ["", "a", "b", "c"]
+    assert await keys(10, "b") == ["c", "", "a", "b"]
+    assert await keys(2, "a") == ["b", "c"]
+    assert await keys(10, "zzz") == ["", "a", "b", "c"]

@@ -102,6 +102,7 @@ def new_task(
         cancel_requested=False,
         cancel_reason=None,
         lease_epoch=0,
+        event_seq=0,
         lease_token=None,
         lease_expires_at=None,
         session_id=None,

@@ -403,6 +403,7 @@ class TaskService:
                 owner_kind=task.owner_kind,
                 owner_id=task.owner_id,
                 created_at=now,
+                seq=task.event_seq + 1,
             ),
         )
 

@@ -102,6 +102,7 @@ class WorkerService:
         self._clock = clock
         self._watch = watch
         self._lease = timedelta(milliseconds=lease_ms)
+        self._rotation: dict[tuple[Scope, str, str], str] = {}
 
     # -- claim --------------------------------------------------------------------------------
 
@@ -200,9 +201,21 @@ class WorkerService:
         # Read beyond ``take`` so that rows skipped for permits, gates or versions do not
         # starve the batch; bounded so one claim never scans the whole backlog.
         scan = min(max(take * 2, take + 16), 2000)
+        rotation = (scope, want.queue, want.type)
         keys = await lstore.ready_fairness_keys(
-            tx, scope, want.queue, want.type, limit=FAIRNESS_KEYS_PER_CLAIM
+            tx,
+            scope,
+            want.queue,
+            want.type,
+            limit=min(FAIRNESS_KEYS_PER_CLAIM, max(take, 2)),
+            start_after=self._rotation.get(rotation),
         )
+        if keys:
+            # The next claim starts after the last key this one reached: rotation across more
+            # keys than one claim can visit. A per-node memory; losing it only resets the order.
+            self._rotation[rotation] = keys[-1]
+            if len(self._rotation) > 10_000:
+                self._rotation.clear()
         if len(keys) <= 1:
             return await lstore.ready_candidates(tx, scope, want.queue, want.type, limit=scan)
         share = max(1, math.ceil(scan / len(keys)))
@@ -215,13 +228,14 @@ class WorkerService:
         if len(picked) < scan:
             for c in await lstore.ready_candidates(tx, scope, want.queue, want.type, limit=scan):
                 picked.setdefault(c.task_id, c)
-        # Interleave keys so the first ``take`` rows alternate between them.
+        # Interleave keys (in rotation order) so the first ``take`` rows alternate between them.
         per_key: dict[str, list[Candidate]] = defaultdict(list)
         for c in picked.values():
             per_key[c.fairness_key].append(c)
+        order = keys + sorted(k for k in per_key if k not in keys)
         ordered: list[Candidate] = []
         while any(per_key.values()):
-            for key in sorted(per_key):
+            for key in order:
                 if per_key[key]:
                     ordered.append(per_key[key].pop(0))
         return ordered
@@ -416,6 +430,7 @@ class WorkerService:
                 owner_kind=task.owner_kind,
                 owner_id=task.owner_id,
                 created_at=now,
+                seq=task.event_seq + 1,
             ),
         )
 

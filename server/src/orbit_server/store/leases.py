@@ -52,13 +52,31 @@ def _json(value: Any) -> str | None:
 
 
 async def ready_fairness_keys(
-    tx: Tx, scope: Scope, queue: str, type_: str, *, limit: int
+    tx: Tx, scope: Scope, queue: str, type_: str, *, limit: int, start_after: str | None = None
 ) -> list[str]:
-    """The fairness keys that have claimable work (at most ``limit``)."""
-    rows = await tx.fetch_all(
-        "ready_fairness_keys", {**_scope(scope), "queue": queue, "type": type_, "limit": limit}
-    )
-    return sorted(str(r["fairness_key"]) for r in rows)
+    """Up to ``limit`` fairness keys with claimable work, in key order after ``start_after``
+    and then wrapping around to the first key; one index seek per key (a DISTINCT would read
+    every ready row of the queue)."""
+    params = {**_scope(scope), "queue": queue, "type": type_}
+
+    async def next_key(after: str | None) -> str | None:
+        if after is None:
+            row = await tx.fetch_one("ready_first_fairness_key", params)
+        else:
+            row = await tx.fetch_one("ready_next_fairness_key", {**params, "after": after})
+        return None if row is None else str(row["fairness_key"])
+
+    keys: list[str] = []
+    key = await next_key(start_after)
+    while key is not None and len(keys) < limit:
+        keys.append(key)
+        key = await next_key(key)
+    if start_after is not None:
+        key = await next_key(None)
+        while key is not None and key <= start_after and len(keys) < limit:
+            keys.append(key)
+            key = await next_key(key)
+    return keys
 
 
 async def ready_candidates(

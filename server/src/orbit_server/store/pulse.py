@@ -62,6 +62,7 @@ class TaskRecord:
     cancel_requested: bool
     cancel_reason: str | None
     lease_epoch: int
+    event_seq: int
     lease_token: str | None
     lease_expires_at: datetime | None
     session_id: str | None
@@ -98,6 +99,7 @@ class TaskEventRecord:
     owner_kind: str | None
     owner_id: str | None
     created_at: datetime
+    seq: int = 0  # the task's n-th event; with task_id it makes the event unique
 
 
 def _json(value: Any) -> str:
@@ -160,6 +162,7 @@ def task_from_row(row: Row) -> TaskRecord:
         cancel_requested=bool(row["cancel_requested"]),
         cancel_reason=row["cancel_reason"],
         lease_epoch=int(row["lease_epoch"]),
+        event_seq=int(row["event_seq"]),
         lease_token=row["lease_token"],
         lease_expires_at=row["lease_expires_at"],
         session_id=row["session_id"],
@@ -411,7 +414,9 @@ async def task_request_cancel(tx: Tx, task_id: str, reason: str | None, now: dat
 
 
 async def task_event_insert(tx: Tx, event: TaskEventRecord) -> bool:
-    """Write a result event; answers False when this (task, attempt, state) already has one."""
+    """Write the task's ``event.seq``-th result event and advance its counter; answers False
+    when that event already exists (a duplicate)."""
+    await tx.execute("task_event_seq_set", {"task_id": event.task_id, "seq": event.seq})
     try:
         await tx.execute(
             "task_event_insert",
@@ -420,6 +425,7 @@ async def task_event_insert(tx: Tx, event: TaskEventRecord) -> bool:
                 "id": event.id,
                 "task_id": event.task_id,
                 "attempt": event.attempt,
+                "seq": event.seq,
                 "state": event.state,
                 "owner_kind": event.owner_kind,
                 "owner_id": event.owner_id,
@@ -443,6 +449,7 @@ async def task_event_list_pending(tx: Tx, *, limit: int, after: str = "") -> lis
             owner_kind=r["owner_kind"],
             owner_id=r["owner_id"],
             created_at=r["created_at"],
+            seq=int(r["seq"]),
         )
         for r in rows
     ]

@@ -92,8 +92,8 @@ def _take_submit_quota(node: Node, principal: Principal, count: int) -> None:
     wait_s = node.submit_limiter.take(principal.key_id, count)
     if wait_s == 0:
         return
-    if math.isinf(wait_s):
-        raise RateLimited(
+    if math.isinf(wait_s):  # waiting cannot help: the request itself is too big
+        raise InvalidRequest(
             f"this key may submit at most {node.submit_limiter.burst:g} tasks at once; "
             "split the batch"
         )
@@ -244,6 +244,8 @@ async def resolve_task(
         raise InvalidRequest("a succeeded outcome takes a result, not an error")
     if not succeeded and data.error is None:
         raise InvalidRequest("a failed outcome needs an error: {code, message}")
+    if not succeeded and data.result is not None:
+        raise InvalidRequest("a failed outcome takes an error, not a result")
     error = None if data.error is None else msgspec.structs.asdict(data.error)
     task = await node.tasks.resolve(
         principal.scope, task_id, succeeded=succeeded, result=data.result, error=error,

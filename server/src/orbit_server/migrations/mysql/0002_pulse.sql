@@ -49,6 +49,7 @@ CREATE TABLE IF NOT EXISTS tasks (
   cancel_requested TINYINT NOT NULL DEFAULT 0,
   cancel_reason VARCHAR(500) NULL,
   lease_epoch INT NOT NULL DEFAULT 0,
+  event_seq INT NOT NULL DEFAULT 0,
   lease_token VARCHAR(40) NULL,
   lease_expires_at DATETIME(6) NULL,
   session_id VARCHAR(64) NULL,
@@ -109,6 +110,7 @@ CREATE TABLE IF NOT EXISTS task_events (
   environment VARCHAR(64) NOT NULL,
   task_id VARCHAR(40) NOT NULL,
   attempt INT NOT NULL,
+  seq INT NOT NULL,
   state VARCHAR(16) NOT NULL,
   owner_kind VARCHAR(32) NULL,
   owner_id VARCHAR(64) NULL,
@@ -116,7 +118,7 @@ CREATE TABLE IF NOT EXISTS task_events (
   created_at DATETIME(6) NOT NULL,
   processed_at DATETIME(6) NULL,
   PRIMARY KEY (id),
-  UNIQUE KEY task_events_once (task_id, attempt, state),
+  UNIQUE KEY task_events_once (task_id, seq),
   KEY task_events_pending (processed, owner_kind, id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 

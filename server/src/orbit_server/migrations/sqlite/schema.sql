@@ -92,6 +92,7 @@ CREATE TABLE IF NOT EXISTS tasks (
   cancel_requested INTEGER NOT NULL DEFAULT 0,
   cancel_reason TEXT NULL,
   lease_epoch INTEGER NOT NULL DEFAULT 0,
+  event_seq INTEGER NOT NULL DEFAULT 0,
   lease_token TEXT NULL,
   lease_expires_at TEXT NULL,
   session_id TEXT NULL,
@@ -166,6 +167,7 @@ CREATE TABLE IF NOT EXISTS task_events (
   environment TEXT NOT NULL,
   task_id TEXT NOT NULL,
   attempt INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
   state TEXT NOT NULL,
   owner_kind TEXT NULL,
   owner_id TEXT NULL,
@@ -175,7 +177,7 @@ CREATE TABLE IF NOT EXISTS task_events (
   PRIMARY KEY (id)
 );
 
-CREATE UNIQUE INDEX IF NOT EXISTS task_events_once ON task_events (task_id, attempt, state);
+CREATE UNIQUE INDEX IF NOT EXISTS task_events_once ON task_events (task_id, seq);
 
 CREATE INDEX IF NOT EXISTS task_events_pending ON task_events (processed, owner_kind, id);
 

@@ -1,7 +1,14 @@
--- name: ready_fairness_keys
-SELECT DISTINCT fairness_key FROM task_ready
+-- name: ready_first_fairness_key
+SELECT fairness_key FROM task_ready FORCE INDEX (task_ready_fair)
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND type = :type
- LIMIT :limit
+ ORDER BY fairness_key LIMIT 1
+
+-- name: ready_next_fairness_key
+-- One index seek per key: DISTINCT would read every ready row of the queue.
+SELECT fairness_key FROM task_ready FORCE INDEX (task_ready_fair)
+ WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND type = :type
+   AND fairness_key > :after
+ ORDER BY fairness_key LIMIT 1
 
 -- name: ready_candidates
 -- FORCE INDEX: the claim order must come from the index whatever the statistics say

@@ -101,13 +101,13 @@ UPDATE tasks SET cancel_requested = 1, cancel_reason = :reason, updated_at = :no
  WHERE id = :id AND state = 'running' AND cancel_requested = 0
 
 -- name: task_event_insert
-INSERT INTO task_events (id, tenant, environment, task_id, attempt, state, owner_kind, owner_id,
-                         processed, created_at, processed_at)
-VALUES (:id, :tenant, :environment, :task_id, :attempt, :state, :owner_kind, :owner_id, 0,
+INSERT INTO task_events (id, tenant, environment, task_id, attempt, seq, state, owner_kind,
+                         owner_id, processed, created_at, processed_at)
+VALUES (:id, :tenant, :environment, :task_id, :attempt, :seq, :state, :owner_kind, :owner_id, 0,
         :created_at, NULL)
 
 -- name: task_event_list_pending
-SELECT id, tenant, environment, task_id, attempt, state, owner_kind, owner_id, created_at
+SELECT id, tenant, environment, task_id, attempt, seq, state, owner_kind, owner_id, created_at
   FROM task_events WHERE processed = 0 AND id > :after ORDER BY processed, id LIMIT :limit
 
 -- name: attempt_list
@@ -150,14 +150,18 @@ UPDATE task_events SET processed = 1, processed_at = :now WHERE id = :id AND pro
 -- name: tasks_finished_before
 SELECT id FROM tasks t
  WHERE state IN ('succeeded', 'failed', 'cancelled') AND finished_at < :before
-   AND NOT EXISTS (SELECT 1 FROM task_events e WHERE e.task_id = t.id AND e.processed = 0)
+   AND (t.owner_kind IS NULL
+        OR NOT EXISTS (SELECT 1 FROM task_events e WHERE e.task_id = t.id AND e.processed = 0))
  LIMIT :limit FOR UPDATE SKIP LOCKED
 
 -- name: attempts_delete_for_tasks
 DELETE FROM task_attempts WHERE task_id IN (:task_ids)
 
 -- name: events_delete_for_tasks
-DELETE FROM task_events WHERE task_id IN (:task_ids) AND processed = 1
+DELETE FROM task_events WHERE task_id IN (:task_ids)
 
 -- name: tasks_delete
 DELETE FROM tasks WHERE id IN (:task_ids)
+
+-- name: task_event_seq_set
+UPDATE tasks SET event_seq = :seq WHERE id = :task_id AND event_seq = :seq - 1

@@ -1,9 +1,16 @@
 -- SQLite runs every write unit under BEGIN IMMEDIATE: row locks are not needed.
 
--- name: ready_fairness_keys
-SELECT DISTINCT fairness_key FROM task_ready
+-- name: ready_first_fairness_key
+SELECT fairness_key FROM task_ready
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND type = :type
- LIMIT :limit
+ ORDER BY fairness_key LIMIT 1
+
+-- name: ready_next_fairness_key
+-- One index seek per key: DISTINCT would read every ready row of the queue.
+SELECT fairness_key FROM task_ready
+ WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND type = :type
+   AND fairness_key > :after
+ ORDER BY fairness_key LIMIT 1
 
 -- name: ready_candidates
 SELECT task_id, fairness_key, concurrency_key, handler_version, gate_id FROM task_ready
