@@ -336,3 +336,16 @@ async def test_submissions_over_the_keys_rate_are_429(
         assert_error(too_big, 400, "invalid_request", "protocol")["message"]
     )
     assert len((await http.get("/v1/tasks", headers=submitter)).json()["items"]) == 2
+
+
+async def test_submissions_during_a_database_outage_are_refused(
+    http: httpx2.AsyncClient, submitter: dict[str, str], node: Node
+) -> None:
+    await node.db.close()
+    response = await submit(http, submitter, idempotency_key="during-outage")
+    assert_error(response, 503, "unavailable", "transient")
+    assert "retry-after" in response.headers
+    batch = await http.post(
+        "/v1/tasks:batch", json={"tasks": [{"queue": "q", "type": "t"}]}, headers=submitter
+    )
+    assert_error(batch, 503, "unavailable", "transient")

@@ -238,7 +238,7 @@ async def test_per_key_exclusion_allows_key_concurrency_running(node: Node) -> N
 
 @pytest.mark.covers("ready_fairness_keys")
 async def test_fairness_rotates_between_keys(node: Node) -> None:
-    await node.tasks.submit_many(SCOPE, [spec(fairness_key="A") for _ in range(1000)])
+    await node.tasks.submit_many(SCOPE, [spec(fairness_key="A") for _ in range(10_000)])
     b_ids = set(await submit(node, 10, fairness_key="B"))
     claimed: set[str] = set()
     for _ in range(2):
@@ -445,3 +445,22 @@ async def test_fairness_keys_are_found_by_seeks_and_rotate(node: Node) -> None:
     assert await keys(10, "b") == ["c", "", "a", "b"]
     assert await keys(2, "a") == ["b", "c"]
     assert await keys(10, "zzz") == ["", "a", "b", "c"]
+
+
+async def test_a_task_timeout_caps_its_lease_and_ends_the_attempt(
+    node: Node, clock: FakeClock
+) -> None:
+    [task_id] = await submit(node, timeout_ms=2000, retry=RetryPolicy(max_attempts=2))
+    [lease] = await claim(node)
+    await node.workers.start(lease.ref)
+    started = clock.now()
+    clock.advance(1500)
+    [renewal] = await node.workers.renew([lease.ref])
+    assert renewal.expires_at == started + timedelta(milliseconds=2000)  # capped at the deadline
+    clock.advance(600)
+    assert await node.workers.expire_leases() == 1
+    task = await node.tasks.get(SCOPE, task_id)
+    assert task.state == "scheduled" and task.error is not None
+    assert task.error["code"] == "timeout"
+    [attempt] = await node.tasks.attempts(SCOPE, task_id)
+    assert attempt.cause == "lease_expired" and attempt.error == task.error

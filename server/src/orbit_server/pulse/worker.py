@@ -257,9 +257,10 @@ class WorkerService:
                     await self._back_to_pending(tx, task, now, cause="gate_closed")
                     return StartVerdict.DENIED_GATE
             decide(TaskState.LEASED, Event.START)
-            expires_at = now + self._lease
+            deadline = now + timedelta(milliseconds=task.timeout_ms)
+            expires_at = min(now + self._lease, deadline)
             await lstore.task_set_running(
-                tx, task.id, ref.attempt, ref.lease_token, expires_at, now
+                tx, task.id, ref.attempt, ref.lease_token, expires_at, now, deadline_at=deadline
             )
             await lstore.attempt_update(
                 tx,
@@ -300,9 +301,9 @@ class WorkerService:
                 if not holds or task is None:
                     out.append(Renewal(ref, RenewVerdict.STALE, None))
                 elif task.cancel_requested:
-                    out.append(Renewal(ref, RenewVerdict.CANCEL_REQUESTED, expires_at))
+                    out.append(Renewal(ref, RenewVerdict.CANCEL_REQUESTED, task.lease_expires_at))
                 else:
-                    out.append(Renewal(ref, RenewVerdict.RENEWED, expires_at))
+                    out.append(Renewal(ref, RenewVerdict.RENEWED, task.lease_expires_at))
             return out
 
         return await self._db.run(unit)
@@ -490,9 +491,13 @@ class WorkerService:
                         SideEffect(task.side_effect),
                         self._policy(task).attempts_left(task.attempts),
                     )
+                    timed_out = task.deadline_at is not None and task.deadline_at <= now
+                    unknown = event is Event.OUTCOME_UNKNOWN
                     error = {
-                        "code": "outcome_unknown",
-                        "message": "the worker's lease ended before it reported a result",
+                        "code": "timeout" if timed_out and not unknown else "outcome_unknown",
+                        "message": f"the attempt ran past its timeout of {task.timeout_ms} ms"
+                        if timed_out
+                        else "the worker's lease ended before it reported a result",
                         "retryable": event is not Event.OUTCOME_UNKNOWN,
                     }
                     await self._end_running(

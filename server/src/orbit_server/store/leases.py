@@ -260,11 +260,26 @@ async def task_lock_fenced(tx: Tx, task_id: str, epoch: int, token: str) -> Task
 
 
 async def task_set_running(
-    tx: Tx, task_id: str, epoch: int, token: str, expires_at: datetime, now: datetime
+    tx: Tx,
+    task_id: str,
+    epoch: int,
+    token: str,
+    expires_at: datetime,
+    now: datetime,
+    *,
+    deadline_at: datetime,
 ) -> bool:
+    """Start the attempt; its lease never reaches past ``deadline_at`` (start + timeout)."""
     changed = await tx.execute(
         "task_set_running",
-        {"id": task_id, "epoch": epoch, "token": token, "expires_at": expires_at, "now": now},
+        {
+            "id": task_id,
+            "epoch": epoch,
+            "token": token,
+            "expires_at": expires_at,
+            "deadline_at": deadline_at,
+            "now": now,
+        },
     )
     return changed == 1
 

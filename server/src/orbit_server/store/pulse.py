@@ -71,6 +71,7 @@ class TaskRecord:
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    deadline_at: datetime | None = None  # start + timeout_ms of the running attempt
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +172,7 @@ def task_from_row(row: Row) -> TaskRecord:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         finished_at=row["finished_at"],
+        deadline_at=row["deadline_at"],
     )
 
 

@@ -52,6 +52,7 @@ CREATE TABLE IF NOT EXISTS tasks (
   event_seq INT NOT NULL DEFAULT 0,
   lease_token VARCHAR(40) NULL,
   lease_expires_at DATETIME(6) NULL,
+  deadline_at DATETIME(6) NULL,
   session_id VARCHAR(64) NULL,
   node VARCHAR(128) NULL,
   worker_id VARCHAR(200) NULL,

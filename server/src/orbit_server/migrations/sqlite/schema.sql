@@ -95,6 +95,7 @@ CREATE TABLE IF NOT EXISTS tasks (
   event_seq INTEGER NOT NULL DEFAULT 0,
   lease_token TEXT NULL,
   lease_expires_at TEXT NULL,
+  deadline_at TEXT NULL,
   session_id TEXT NULL,
   node TEXT NULL,
   worker_id TEXT NULL,

@@ -75,23 +75,27 @@ UPDATE task_attempts SET state = :state, cause = :cause, started_at = COALESCE(:
 SELECT * FROM tasks WHERE id = :id AND lease_epoch = :epoch AND lease_token = :token FOR UPDATE
 
 -- name: task_set_running
-UPDATE tasks SET state = 'running', attempts = attempts + 1, lease_expires_at = :expires_at,
-       updated_at = :now
+UPDATE tasks SET state = 'running', attempts = attempts + 1,
+       lease_expires_at = CASE WHEN :deadline_at < :expires_at THEN :deadline_at ELSE :expires_at END,
+       deadline_at = :deadline_at, updated_at = :now
  WHERE id = :id AND lease_epoch = :epoch AND lease_token = :token AND state = 'leased'
 
 -- name: task_return_pending
 UPDATE tasks SET state = 'pending', run_at = :run_at, lease_token = NULL, lease_expires_at = NULL,
+       deadline_at = NULL,
        session_id = NULL, node = NULL, worker_id = NULL, updated_at = :now
  WHERE id = :id AND lease_epoch = :epoch AND state = :expected_state
 
 -- name: task_renew
-UPDATE tasks SET lease_expires_at = :expires_at, updated_at = :now
+UPDATE tasks SET lease_expires_at = CASE WHEN deadline_at IS NOT NULL AND deadline_at < :expires_at
+                                         THEN deadline_at ELSE :expires_at END,
+       updated_at = :now
  WHERE id = :id AND lease_epoch = :epoch AND lease_token = :token
    AND state IN ('leased', 'running')
 
 -- name: task_finish
 UPDATE tasks SET state = :state, result = :result, error = :error, finished_at = :finished_at,
-       run_at = :run_at, lease_expires_at = NULL, updated_at = :now
+       run_at = :run_at, lease_expires_at = NULL, deadline_at = NULL, updated_at = :now
  WHERE id = :id AND lease_epoch = :epoch AND state = :expected_state
 
 -- name: leases_expired
