@@ -18,6 +18,7 @@ from orbit_server.audit import Actor, AuditWriter
 from orbit_server.clock import Clock
 from orbit_server.errors import IdempotencyConflict, NotFound, QueueFull, StateConflict
 from orbit_server.ids import new_id
+from orbit_server.pulse.effects import emit_result, release_permits
 from orbit_server.pulse.model import TaskSpec, new_task
 from orbit_server.pulse.states import HOLDS_PERMITS, Event, IllegalTransition, TaskState, decide
 from orbit_server.pulse.watch import TaskWatch
@@ -25,7 +26,7 @@ from orbit_server.scope import Scope
 from orbit_server.store import Database, DuplicateKey, Tx
 from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
-from orbit_server.store.pulse import AttemptRecord, QueueRecord, TaskEventRecord, TaskRecord
+from orbit_server.store.pulse import AttemptRecord, QueueRecord, TaskRecord
 
 SETTLED = frozenset({"succeeded", "failed", "cancelled", "needs_review"})
 
@@ -277,7 +278,7 @@ class TaskService:
                         tx, task.id, task.lease_epoch, state="cancelled", cause="cancel",
                         ended_at=now,
                     )  # fmt: skip
-                await self._emit(tx, task, decision.after, now)
+                await emit_result(tx, task, decision.after, now)
             await self._audit.record(
                 tx,
                 scope=scope,
@@ -367,7 +368,7 @@ class TaskService:
                 tx, task_id, state=str(decision.after), result=result if succeeded else None,
                 error=None if succeeded else error, now=now,
             )  # fmt: skip
-            await self._emit(tx, task, decision.after, now)
+            await emit_result(tx, task, decision.after, now)
             await self._audit.record(
                 tx, scope=scope, actor=actor, action="task.resolve", target_kind="task",
                 target_id=task_id, details={"outcome": str(decision.after)},
@@ -387,25 +388,7 @@ class TaskService:
         if state in (TaskState.PENDING, TaskState.SCHEDULED):
             await store.queue_add_counts(tx, task.scope, task.queue, pending=-1, now=now)
         if state in HOLDS_PERMITS:
-            await store.queue_add_counts(tx, task.scope, task.queue, active=-1, now=now)
-            if task.concurrency_key is not None:
-                await store.key_permit_add(tx, task.scope, task.queue, task.concurrency_key, -1)
-
-    async def _emit(self, tx: Tx, task: TaskRecord, state: TaskState, now: datetime) -> None:
-        await store.task_event_insert(
-            tx,
-            TaskEventRecord(
-                id=new_id("evt_"),
-                scope=task.scope,
-                task_id=task.id,
-                attempt=task.lease_epoch,
-                state=str(state),
-                owner_kind=task.owner_kind,
-                owner_id=task.owner_id,
-                created_at=now,
-                seq=task.event_seq + 1,
-            ),
-        )
+            await release_permits(tx, task, now, waits_again=False)
 
 
 class QueueService:

@@ -18,6 +18,7 @@ from typing import Any
 
 from orbit_server.clock import Clock
 from orbit_server.ids import new_id
+from orbit_server.pulse.effects import emit_result, release_permits
 from orbit_server.pulse.retry import RetryPolicy
 from orbit_server.pulse.states import (
     Event,
@@ -33,7 +34,7 @@ from orbit_server.store import Database, Tx
 from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
 from orbit_server.store.leases import Candidate
-from orbit_server.store.pulse import TaskEventRecord, TaskRecord
+from orbit_server.store.pulse import TaskRecord
 
 FAIRNESS_KEYS_PER_CLAIM = 64
 
@@ -393,9 +394,9 @@ class WorkerService:
             ended_at=now,
             error=error,
         )
-        await self._give_back(tx, task, now, now_pending=after is TaskState.SCHEDULED)
+        await release_permits(tx, task, now, waits_again=after is TaskState.SCHEDULED)
         if decision.emits_event:
-            await self._emit(tx, task, after, now)
+            await emit_result(tx, task, after, now)
 
     async def _back_to_pending(
         self, tx: Tx, task: TaskRecord, now: datetime, *, cause: str
@@ -408,32 +409,7 @@ class WorkerService:
         await lstore.attempt_update(
             tx, task.id, task.lease_epoch, state="released", cause=cause, ended_at=now
         )
-        await self._give_back(tx, task, now, now_pending=True)
-
-    async def _give_back(
-        self, tx: Tx, task: TaskRecord, now: datetime, *, now_pending: bool
-    ) -> None:
-        await store.queue_add_counts(
-            tx, task.scope, task.queue, active=-1, pending=1 if now_pending else 0, now=now
-        )
-        if task.concurrency_key is not None:
-            await store.key_permit_add(tx, task.scope, task.queue, task.concurrency_key, -1)
-
-    async def _emit(self, tx: Tx, task: TaskRecord, state: TaskState, now: datetime) -> None:
-        await store.task_event_insert(
-            tx,
-            TaskEventRecord(
-                id=new_id("evt_"),
-                scope=task.scope,
-                task_id=task.id,
-                attempt=task.lease_epoch,
-                state=str(state),
-                owner_kind=task.owner_kind,
-                owner_id=task.owner_id,
-                created_at=now,
-                seq=task.event_seq + 1,
-            ),
-        )
+        await release_permits(tx, task, now, waits_again=True)
 
     @staticmethod
     def _policy(task: TaskRecord) -> RetryPolicy:
