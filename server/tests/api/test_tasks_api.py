@@ -151,6 +151,8 @@ async def test_invalid_submissions_name_the_problem(
         ({"side_effect": "maybe"}, "side_effect"),
         ({"priority": False}, "priority"),
         ({"queue": ""}, "queue"),
+        ({"concurrency_key": "user-1 "}, "concurrency_key"),
+        ({"idempotency_key": " k"}, "idempotency_key"),
     ]
     for body, named in cases:
         response = await submit(http, submitter, **body)

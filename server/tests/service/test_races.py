@@ -138,3 +138,25 @@ async def test_a_stale_holder_racing_the_new_holder_changes_nothing(node: Node) 
     assert results == [StartVerdict.STALE, StartVerdict.STARTED]
     q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
     assert q is not None and (q.active, q.pending) == (1, 0)
+
+
+async def test_concurrent_submits_into_one_queue_all_go_through(node: Node) -> None:
+    await submit(node, 1)  # the queue row exists
+    await asyncio.gather(*(submit(node, 1) for _ in range(24)))
+    q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
+    assert q is not None and q.pending == 25
+
+
+async def test_cancel_racing_claims_keeps_the_counters_exact(node: Node) -> None:
+    from orbit_server.pulse.service import TaskService  # noqa: F401 - documents the subject
+
+    await submit(node, 40)
+    ids = [t.id for t in (await node.tasks.list_tasks(SCOPE, limit=50))[0]]
+    claims = [node.workers.claim(SCOPE, s, [Want("q", "t", 10)], limit=10) for s in sessions(3)]
+    cancels = [node.tasks.cancel(SCOPE, i, reason=None, actor=ACTOR) for i in ids[:20]]
+    await asyncio.gather(*claims, *cancels)
+    q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
+    counts = await node.db.read(lambda tx: store.queue_state_counts(tx, SCOPE, "q"))
+    assert q is not None
+    assert q.pending == counts.get("pending", 0) + counts.get("scheduled", 0)
+    assert q.active == counts.get("leased", 0) + counts.get("running", 0)

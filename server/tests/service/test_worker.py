@@ -464,3 +464,46 @@ async def test_a_task_timeout_caps_its_lease_and_ends_the_attempt(
     assert task.error["code"] == "timeout"
     [attempt] = await node.tasks.attempts(SCOPE, task_id)
     assert attempt.cause == "lease_expired" and attempt.error == task.error
+
+
+async def test_cancel_requested_work_is_not_retried(node: Node, clock: FakeClock) -> None:
+    [failing] = await submit(node, retry=RetryPolicy(max_attempts=5))
+    [expiring] = await submit(node, retry=RetryPolicy(max_attempts=5))
+    leases = {lease.task.id: lease for lease in await claim(node)}
+    for lease in leases.values():
+        await node.workers.start(lease.ref)
+        await node.tasks.cancel(SCOPE, lease.task.id, reason="stop", actor=ACTOR)
+    await node.workers.fail(leases[failing].ref, {"code": "x", "message": "m"}, retryable=True)
+    clock.advance(timedelta(milliseconds=node.settings.lease_ms + 1))
+    await node.workers.expire_leases()
+    for task_id in (failing, expiring):
+        assert (await node.tasks.get(SCOPE, task_id)).state == "cancelled"
+    assert (await queue(node)).active == 0 and (await queue(node)).pending == 0
+
+
+async def test_expired_leases_cannot_start_renew_or_report(node: Node, clock: FakeClock) -> None:
+    await submit(node, 2)
+    first, second = await claim(node)
+    await node.workers.start(second.ref)
+    clock.advance(timedelta(milliseconds=node.settings.lease_ms + 1))  # recovery has not run
+    assert await node.workers.start(first.ref) is StartVerdict.STALE
+    [renewal] = await node.workers.renew([second.ref])
+    assert renewal.verdict is RenewVerdict.STALE
+    assert await node.workers.complete(second.ref, "late") is Outcome.STALE
+    assert await node.workers.release([first.ref]) == [False]
+
+
+async def test_priority_counts_across_fairness_keys(node: Node) -> None:
+    await submit(node, 3, fairness_key="a", priority=0)
+    [urgent] = await submit(node, fairness_key="z", priority=100)
+    [first, *_] = await claim(node, free=2)
+    assert first.task.id == urgent
+
+
+async def test_a_blocked_head_of_the_queue_does_not_hide_free_work(node: Node) -> None:
+    await submit(node, 1, concurrency_key="hot")
+    await claim(node, free=1)  # the hot key's permit is taken
+    await submit(node, 100, concurrency_key="hot")
+    free = await submit(node, 5)
+    leases = await claim(node, free=5)
+    assert sorted(lease.task.id for lease in leases) == sorted(free)

@@ -39,7 +39,9 @@ async def insert(db: Database, *tasks: TaskRecord) -> None:
     await db.run(unit)
 
 
-@pytest.mark.covers("queue_ensure", "queue_get", "queue_list", "queue_update_settings")
+@pytest.mark.covers(
+    "queue_ensure", "queue_get", "queue_list", "queue_update_settings", "queue_lock_or_create"
+)
 async def test_queues_are_created_once_listed_and_configured(
     db: Database, clock: FakeClock
 ) -> None:
@@ -51,6 +53,9 @@ async def test_queues_are_created_once_listed_and_configured(
         return first, again
 
     assert await db.run(unit) == (True, False)
+    created = await db.run(lambda tx: store.queue_lock_or_create(tx, SCOPE, "new", clock.now()))
+    existing = await db.run(lambda tx: store.queue_lock_or_create(tx, SCOPE, "emails", clock.now()))
+    assert (created.name, existing.name) == ("new", "emails")
     later = clock.advance(1000)
 
     async def configure(tx: Tx) -> None:
@@ -80,7 +85,7 @@ async def test_queues_are_created_once_listed_and_configured(
         100,
     )
     assert plain.updated_at == later and plain.created_at < later
-    assert names == ["emails", "reports"] and after == ["reports"]
+    assert names == ["emails", "new", "reports"] and after == ["new", "reports"]
 
 
 @pytest.mark.covers("queue_add_counts", "key_permit_ensure", "key_permit_add", "key_permit_active")
@@ -242,12 +247,17 @@ async def test_result_events_are_unique_per_task_attempt_and_state(
             created_at=clock.now(),
         )  # fmt: skip
 
+    await insert(db, *(task(clock, f"t{i}") for i in (1, 2, 3)))
+
+    def event_seq1(i: int, state: str = "succeeded") -> TaskEventRecord:
+        return dataclasses.replace(event(i, state), seq=1)
+
     async def unit(tx: Tx) -> list[bool]:
         return [
-            await store.task_event_insert(tx, event(1)),
-            await store.task_event_insert(tx, event(2)),
-            await store.task_event_insert(tx, dataclasses.replace(event(1), id="evt_99")),
-            await store.task_event_insert(tx, event(3, "needs_review")),
+            await store.task_event_insert(tx, event_seq1(1)),
+            await store.task_event_insert(tx, event_seq1(2)),
+            await store.task_event_insert(tx, dataclasses.replace(event_seq1(1), id="evt_99")),
+            await store.task_event_insert(tx, event_seq1(3, "needs_review")),
         ]
 
     assert await db.run(unit) == [True, True, False, True]

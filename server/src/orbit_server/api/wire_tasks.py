@@ -14,7 +14,9 @@ from orbit_server.pulse.service import QueueView
 from orbit_server.store.pulse import AttemptRecord, TaskRecord
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[^\s]+$")]
-Key = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+# No leading or trailing blanks: MySQL-family collations ignore trailing spaces in comparisons,
+# so "k" and "k " would be one key there and two on SQLite.
+Key = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^\S(.*\S)?$")]
 MAX_BATCH = 1000
 
 
@@ -36,7 +38,9 @@ class TaskSubmit(Request):
     retry: RetryIn | None = None
     timeout_ms: Annotated[int, msgspec.Meta(ge=1000)] | None = None
     concurrency_key: Key | None = None
-    fairness_key: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None
+    fairness_key: (
+        Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^\S(.*\S)?$")] | None
+    ) = None
     side_effect: Literal["idempotent", "unsafe"] = "idempotent"
     handler_version: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | None = None
     labels: Annotated[

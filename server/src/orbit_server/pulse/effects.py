@@ -25,7 +25,7 @@ async def release_permits(tx: Tx, task: TaskRecord, now: datetime, *, waits_agai
 
 async def emit_result(tx: Tx, task: TaskRecord, state: TaskState, now: datetime) -> None:
     """The result event of a terminal or needs_review transition (SPEC P11)."""
-    await store.task_event_insert(
+    written = await store.task_event_insert(
         tx,
         TaskEventRecord(
             id=new_id("evt_"),
@@ -39,3 +39,5 @@ async def emit_result(tx: Tx, task: TaskRecord, state: TaskState, now: datetime)
             seq=task.event_seq + 1,
         ),
     )
+    if not written:  # the task row is locked by the caller, so this cannot be a race
+        raise RuntimeError(f"result event {task.event_seq + 1} of task {task.id} exists already")

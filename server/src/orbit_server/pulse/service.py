@@ -122,9 +122,7 @@ class TaskService:
                 fresh.append(i)
         per_queue = Counter(tasks[i].queue for i in fresh)
         for name in sorted(per_queue):  # one fixed lock order across submitters
-            await store.queue_ensure(tx, scope, name, now)
-            queue = await store.queue_get(tx, scope, name, lock=True)
-            assert queue is not None
+            queue = await store.queue_lock_or_create(tx, scope, name, now)
             if (
                 queue.max_pending is not None
                 and queue.pending + per_queue[name] > queue.max_pending
@@ -252,10 +250,15 @@ class TaskService:
         """Cancel work that has not started at once; ask running work to stop (P5)."""
 
         async def unit(tx: Tx) -> TaskRecord:
-            task = await store.task_get(tx, scope, task_id, lock=True)
-            if task is None:
-                raise NotFound("no such task")
             now = self._clock.now()
+            seen = await store.task_get(tx, scope, task_id)
+            if seen is None:
+                raise NotFound("no such task")
+            if seen.state in (TaskState.SCHEDULED, TaskState.PENDING, TaskState.LEASED):
+                # The claim's lock order: the queue row before the task's rows.
+                await store.queue_lock_or_create(tx, scope, seen.queue, now)
+            task = await store.task_get(tx, scope, task_id, lock=True)
+            assert task is not None
             state = TaskState(task.state)
             if state is TaskState.CANCELLED or (
                 state is TaskState.RUNNING and task.cancel_requested
@@ -328,7 +331,7 @@ class TaskService:
             reopened = await store.task_get(tx, scope, task_id)
             assert reopened is not None
             await store.task_ready_insert(tx, reopened)
-            await store.queue_ensure(tx, scope, task.queue, now)
+            await store.queue_lock_or_create(tx, scope, task.queue, now)
             await store.queue_add_counts(tx, scope, task.queue, pending=1, now=now)
             await self._audit.record(
                 tx, scope=scope, actor=actor, action="task.retry", target_kind="task",
@@ -417,9 +420,7 @@ class QueueService:
     ) -> QueueView:
         async def unit(tx: Tx) -> QueueView:
             now = self._clock.now()
-            await store.queue_ensure(tx, scope, name, now)
-            queue = await store.queue_get(tx, scope, name, lock=True)
-            assert queue is not None
+            queue = await store.queue_lock_or_create(tx, scope, name, now)
             settings: dict[str, Any] = {
                 "paused": queue.paused if change.paused is None else change.paused,
                 "concurrency_limit": None

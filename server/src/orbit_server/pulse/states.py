@@ -49,6 +49,7 @@ class Event(StrEnum):
     FAIL_RETRY = "fail_retry"  # retryable failure, attempts left: back off
     FAIL_FINAL = "fail_final"  # non-retryable or attempts exhausted
     CANCELLED_BY_WORKER = "cancelled_by_worker"
+    CANCEL_SETTLED = "cancel_settled"  # cancel requested, and the attempt ended without success
     LEASE_LOST_RETRY = "lease_lost_retry"  # started, idempotent, attempts left
     LEASE_LOST_FINAL = "lease_lost_final"  # started, idempotent, attempts exhausted
     OUTCOME_UNKNOWN = "outcome_unknown"  # started, unsafe: an operator decides
@@ -74,6 +75,7 @@ TRANSITIONS: dict[tuple[TaskState, Event], TaskState] = {
     (S.RUNNING, E.FAIL_RETRY): S.SCHEDULED,
     (S.RUNNING, E.FAIL_FINAL): S.FAILED,
     (S.RUNNING, E.CANCELLED_BY_WORKER): S.CANCELLED,
+    (S.RUNNING, E.CANCEL_SETTLED): S.CANCELLED,
     (S.RUNNING, E.LEASE_LOST_RETRY): S.SCHEDULED,
     (S.RUNNING, E.LEASE_LOST_FINAL): S.FAILED,
     (S.RUNNING, E.OUTCOME_UNKNOWN): S.NEEDS_REVIEW,
@@ -135,3 +137,10 @@ def lease_lost_event(side_effect: SideEffect, attempts_left: bool) -> Event:
 
 def failure_event(retryable: bool, attempts_left: bool) -> Event:
     return E.FAIL_RETRY if retryable and attempts_left else E.FAIL_FINAL
+
+
+def honour_cancel(event: Event, cancel_requested: bool) -> Event:
+    """A retry of work someone asked to cancel does not happen: the task ends cancelled."""
+    if cancel_requested and event in (E.FAIL_RETRY, E.LEASE_LOST_RETRY):
+        return E.CANCEL_SETTLED
+    return event

@@ -26,6 +26,7 @@ from orbit_server.pulse.states import (
     TaskState,
     decide,
     failure_event,
+    honour_cancel,
     lease_lost_event,
 )
 from orbit_server.pulse.watch import TaskWatch
@@ -34,9 +35,10 @@ from orbit_server.store import Database, Tx
 from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
 from orbit_server.store.leases import Candidate
-from orbit_server.store.pulse import TaskRecord
+from orbit_server.store.pulse import QueueRecord, TaskRecord
 
 FAIRNESS_KEYS_PER_CLAIM = 64
+DEEP_SCAN = 2000  # most ready rows one claim reads
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,15 @@ class Renewal:
     expires_at: datetime | None
 
 
+def _claim_order(c: Candidate) -> tuple[int, datetime, str]:
+    return (-c.priority, c.run_at, c.task_id)
+
+
+def _expired(task: TaskRecord, now: datetime) -> bool:
+    """A lease whose time is up no longer holds, even before recovery has processed it."""
+    return task.lease_expires_at is None or task.lease_expires_at <= now
+
+
 class WorkerService:
     def __init__(self, db: Database, clock: Clock, watch: TaskWatch, *, lease_ms: int) -> None:
         self._db = db
@@ -149,7 +160,55 @@ class WorkerService:
             take = min(take, queue.concurrency_limit - queue.active)
             if take <= 0:
                 return []
-        candidates = await self._fair_candidates(tx, scope, want, take)
+        # Read beyond ``take`` so that rows skipped for permits, gates or versions do not
+        # starve the batch; when a full read still leaves the batch short, read once more,
+        # deeper, so a blocked head of the queue does not hide claimable work behind it.
+        scan = min(max(take * 2, take + 16), DEEP_SCAN)
+        while True:
+            candidates = await self._fair_candidates(tx, scope, want, scan)
+            chosen, taken_per_key = await self._choose(tx, scope, want, queue, candidates, take)
+            if len(chosen) >= take or len(candidates) < scan or scan >= DEEP_SCAN:
+                break
+            scan = DEEP_SCAN
+        if not chosen:
+            return []
+        ids = [c.task_id for c in chosen]
+        await lstore.ready_delete_many(tx, ids)
+        expires_at = now + self._lease
+        leased = await lstore.tasks_lease_many(
+            tx,
+            ids,
+            lease_token=token,
+            expires_at=expires_at,
+            session_id=session.session_id,
+            node=session.node,
+            worker_id=session.worker_id,
+            now=now,
+        )
+        # Only rows this claim really moved count (a row not pending any more is not leased).
+        leased = [t for t in leased if t.state == TaskState.LEASED and t.lease_token == token]
+        taken_per_key = defaultdict(int)
+        for t in leased:
+            if t.concurrency_key is not None:
+                taken_per_key[t.concurrency_key] += 1
+        await lstore.attempts_insert(tx, leased, now)
+        await store.queue_add_counts(
+            tx, scope, want.queue, pending=-len(leased), active=len(leased), now=now
+        )
+        for key, count in sorted(taken_per_key.items()):
+            await store.key_permit_add(tx, scope, want.queue, key, count)
+        return [Lease(LeaseRef(t.id, t.lease_epoch, token), t, expires_at) for t in leased]
+
+    @staticmethod
+    async def _choose(
+        tx: Tx,
+        scope: Scope,
+        want: Want,
+        queue: QueueRecord,
+        candidates: list[Candidate],
+        take: int,
+    ) -> tuple[list[Candidate], dict[str, int]]:
+        """The candidates this claim may lease: compatible version, open gate, key permits."""
         if want.versions:
             candidates = [
                 c
@@ -167,41 +226,18 @@ class WorkerService:
                 break
             key = candidate.concurrency_key
             if key is not None:
-                if permits[key] + taken_per_key[key] >= queue.key_concurrency:
+                if permits.get(key, 0) + taken_per_key[key] >= queue.key_concurrency:
                     continue
                 taken_per_key[key] += 1
             chosen.append(candidate)
-        if not chosen:
-            return []
-        ids = [c.task_id for c in chosen]
-        await lstore.ready_delete_many(tx, ids)
-        expires_at = now + self._lease
-        leased = await lstore.tasks_lease_many(
-            tx,
-            ids,
-            lease_token=token,
-            expires_at=expires_at,
-            session_id=session.session_id,
-            node=session.node,
-            worker_id=session.worker_id,
-            now=now,
-        )
-        await lstore.attempts_insert(tx, leased, now)
-        await store.queue_add_counts(
-            tx, scope, want.queue, pending=-len(leased), active=len(leased), now=now
-        )
-        for key, count in sorted(taken_per_key.items()):
-            await store.key_permit_add(tx, scope, want.queue, key, count)
-        return [Lease(LeaseRef(t.id, t.lease_epoch, token), t, expires_at) for t in leased]
+        return chosen, taken_per_key
 
     async def _fair_candidates(
-        self, tx: Tx, scope: Scope, want: Want, take: int
+        self, tx: Tx, scope: Scope, want: Want, scan: int
     ) -> list[Candidate]:
-        """Rotate over fairness keys: each key with ready work gets an equal share of the
-        batch first, then the rest is filled in plain claim order (SPEC P7)."""
-        # Read beyond ``take`` so that rows skipped for permits, gates or versions do not
-        # starve the batch; bounded so one claim never scans the whole backlog.
-        scan = min(max(take * 2, take + 16), 2000)
+        """Up to ``scan`` candidates, rotating over fairness keys: each key with ready work
+        gets an equal share first, then the rest is filled in plain claim order (SPEC P7)."""
+        take = scan
         rotation = (scope, want.queue, want.type)
         keys = await lstore.ready_fairness_keys(
             tx,
@@ -229,16 +265,18 @@ class WorkerService:
         if len(picked) < scan:
             for c in await lstore.ready_candidates(tx, scope, want.queue, want.type, limit=scan):
                 picked.setdefault(c.task_id, c)
-        # Interleave keys (in rotation order) so the first ``take`` rows alternate between them.
+        # Interleave keys so the first ``take`` rows alternate between them; within each round
+        # the keys go by their next task's claim order, so priority still counts across keys.
         per_key: dict[str, list[Candidate]] = defaultdict(list)
-        for c in picked.values():
+        for c in sorted(picked.values(), key=_claim_order):
             per_key[c.fairness_key].append(c)
-        order = keys + sorted(k for k in per_key if k not in keys)
         ordered: list[Candidate] = []
-        while any(per_key.values()):
-            for key in order:
-                if per_key[key]:
-                    ordered.append(per_key[key].pop(0))
+        while per_key:
+            heads = sorted((queue[0] for queue in per_key.values()), key=_claim_order)
+            for head in heads:
+                ordered.append(per_key[head.fairness_key].pop(0))
+                if not per_key[head.fairness_key]:
+                    del per_key[head.fairness_key]
         return ordered
 
     # -- start, renew -------------------------------------------------------------------------
@@ -249,7 +287,7 @@ class WorkerService:
         async def unit(tx: Tx) -> StartVerdict:
             now = self._clock.now()
             task = await lstore.task_lock_fenced(tx, ref.task_id, ref.attempt, ref.lease_token)
-            if task is None or task.state != TaskState.LEASED:
+            if task is None or task.state != TaskState.LEASED or _expired(task, now):
                 return StartVerdict.STALE
             if task.gate_id is not None:
                 gates = await lstore.gates_open(tx, [task.gate_id])
@@ -298,6 +336,8 @@ class WorkerService:
                     and task.lease_epoch == ref.attempt
                     and task.lease_token == ref.lease_token
                     and task.state in (TaskState.LEASED, TaskState.RUNNING)
+                    and task.lease_expires_at is not None
+                    and task.lease_expires_at > now
                 )
                 if not holds or task is None:
                     out.append(Renewal(ref, RenewVerdict.STALE, None))
@@ -334,6 +374,8 @@ class WorkerService:
             task = await lstore.task_lock_fenced(tx, ref.task_id, ref.attempt, ref.lease_token)
             if task is None or task.state != TaskState.RUNNING:
                 return await self._already(tx, ref, task)
+            if _expired(task, now):
+                return Outcome.STALE  # the lease ended first: recovery decides, not this report
             chosen = event or failure_event(
                 retryable, self._policy(task).attempts_left(task.attempts)
             )
@@ -367,6 +409,7 @@ class WorkerService:
         error: dict[str, Any] | None = None,
         cause: str | None = None,
     ) -> None:
+        event = honour_cancel(event, task.cancel_requested)
         decision = decide(TaskState.RUNNING, event)
         after = decision.after
         run_at = None
@@ -430,7 +473,7 @@ class WorkerService:
             out = []
             for ref in refs:
                 task = await lstore.task_lock_fenced(tx, ref.task_id, ref.attempt, ref.lease_token)
-                if task is None or task.state != TaskState.LEASED:
+                if task is None or task.state != TaskState.LEASED or _expired(task, now):
                     out.append(False)
                     continue
                 decide(TaskState.LEASED, Event.RELEASE)

@@ -19,6 +19,8 @@ from orbit_server.store.pulse import AttemptRecord, TaskRecord, attempt_from_row
 @dataclass(frozen=True, slots=True)
 class Candidate:
     task_id: str
+    priority: int
+    run_at: datetime
     fairness_key: str
     concurrency_key: str | None
     handler_version: str | None
@@ -99,6 +101,8 @@ async def ready_candidates(
     return [
         Candidate(
             task_id=str(r["task_id"]),
+            priority=int(r["priority"]),
+            run_at=r["run_at"],
             fairness_key=str(r["fairness_key"]),
             concurrency_key=r["concurrency_key"],
             handler_version=r["handler_version"],
@@ -339,8 +343,12 @@ async def task_finish(
 
 
 async def leases_expired(tx: Tx, now: datetime, *, limit: int) -> list[tuple[str, Scope]]:
-    """Tasks whose lease ended before ``now`` (skipping rows another node is handling)."""
+    """Tasks whose lease ended before ``now`` (skipping rows another node is handling), sorted
+    by queue so that every node takes queue rows in one order."""
     rows = await tx.fetch_all("leases_expired", {"now": now, "limit": limit})
+    rows.sort(
+        key=lambda r: (str(r["tenant"]), str(r["environment"]), str(r["queue"]), str(r["id"]))
+    )
     return [(str(r["id"]), Scope(str(r["tenant"]), str(r["environment"]))) for r in rows]
 
 

@@ -188,6 +188,20 @@ async def queue_ensure(tx: Tx, scope: Scope, name: str, now: datetime) -> bool:
     return True
 
 
+async def queue_lock_or_create(tx: Tx, scope: Scope, name: str, now: datetime) -> QueueRecord:
+    """Lock the queue's row, creating it first if it does not exist.
+
+    Locking before inserting matters on MySQL/MariaDB: a duplicate-key INSERT takes a shared
+    lock on the existing row, and two writers upgrading shared locks deadlock each other.
+    """
+    queue = await queue_get(tx, scope, name, lock=True)
+    if queue is None:
+        await queue_ensure(tx, scope, name, now)
+        queue = await queue_get(tx, scope, name, lock=True)
+    assert queue is not None
+    return queue
+
+
 async def queue_get(tx: Tx, scope: Scope, name: str, *, lock: bool = False) -> QueueRecord | None:
     """One queue; ``lock`` holds its row for the rest of the transaction (quota checks)."""
     row = await tx.fetch_one(
@@ -418,7 +432,8 @@ async def task_request_cancel(tx: Tx, task_id: str, reason: str | None, now: dat
 async def task_event_insert(tx: Tx, event: TaskEventRecord) -> bool:
     """Write the task's ``event.seq``-th result event and advance its counter; answers False
     when that event already exists (a duplicate)."""
-    await tx.execute("task_event_seq_set", {"task_id": event.task_id, "seq": event.seq})
+    if not await tx.execute("task_event_seq_set", {"task_id": event.task_id, "seq": event.seq}):
+        return False  # the task has this event already (or is gone)
     try:
         await tx.execute(
             "task_event_insert",

@@ -112,7 +112,7 @@ CREATE TABLE IF NOT EXISTS tasks (
   KEY tasks_lease (state, lease_expires_at),
   KEY tasks_finished (state, finished_at),
   KEY tasks_owner (owner_kind, owner_id),
-  KEY tasks_session (session_id)
+  KEY tasks_session (session_id, state)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE IF NOT EXISTS task_ready (
@@ -163,7 +163,7 @@ CREATE TABLE IF NOT EXISTS task_events (
   processed_at DATETIME(6) NULL,
   PRIMARY KEY (id),
   UNIQUE KEY task_events_once (task_id, seq),
-  KEY task_events_pending (processed, owner_kind, id)
+  KEY task_events_pending (processed, id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE IF NOT EXISTS gates (

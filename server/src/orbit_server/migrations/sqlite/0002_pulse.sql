@@ -80,7 +80,7 @@ CREATE INDEX IF NOT EXISTS tasks_finished ON tasks (state, finished_at);
 
 CREATE INDEX IF NOT EXISTS tasks_owner ON tasks (owner_kind, owner_id);
 
-CREATE INDEX IF NOT EXISTS tasks_session ON tasks (session_id);
+CREATE INDEX IF NOT EXISTS tasks_session ON tasks (session_id, state);
 
 
 CREATE TABLE IF NOT EXISTS task_ready (
@@ -137,7 +137,7 @@ CREATE TABLE IF NOT EXISTS task_events (
 
 CREATE UNIQUE INDEX IF NOT EXISTS task_events_once ON task_events (task_id, seq);
 
-CREATE INDEX IF NOT EXISTS task_events_pending ON task_events (processed, owner_kind, id);
+CREATE INDEX IF NOT EXISTS task_events_pending ON task_events (processed, id);
 
 
 CREATE TABLE IF NOT EXISTS gates (

@@ -13,13 +13,13 @@ SELECT fairness_key FROM task_ready
  ORDER BY fairness_key LIMIT 1
 
 -- name: ready_candidates
-SELECT task_id, fairness_key, concurrency_key, handler_version, gate_id FROM task_ready
+SELECT task_id, priority, run_at, fairness_key, concurrency_key, handler_version, gate_id FROM task_ready
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND type = :type
  ORDER BY priority DESC, run_at, task_id
  LIMIT :limit
 
 -- name: ready_candidates_of_key
-SELECT task_id, fairness_key, concurrency_key, handler_version, gate_id FROM task_ready
+SELECT task_id, priority, run_at, fairness_key, concurrency_key, handler_version, gate_id FROM task_ready
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND type = :type
    AND fairness_key = :fairness_key
  ORDER BY priority DESC, run_at, task_id
@@ -89,7 +89,7 @@ UPDATE tasks SET lease_expires_at = CASE WHEN deadline_at IS NOT NULL AND deadli
                                          THEN deadline_at ELSE :expires_at END,
        updated_at = :now
  WHERE id = :id AND lease_epoch = :epoch AND lease_token = :token
-   AND state IN ('leased', 'running')
+   AND state IN ('leased', 'running') AND lease_expires_at > :now
 
 -- name: task_finish
 UPDATE tasks SET state = :state, result = :result, error = :error, finished_at = :finished_at,
@@ -97,7 +97,7 @@ UPDATE tasks SET state = :state, result = :result, error = :error, finished_at =
  WHERE id = :id AND lease_epoch = :epoch AND state = :expected_state
 
 -- name: leases_expired
-SELECT id, tenant, environment FROM tasks
+SELECT id, tenant, environment, queue FROM tasks
  WHERE state IN ('leased', 'running') AND lease_expires_at <= :now
  LIMIT :limit
 
