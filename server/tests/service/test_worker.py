@@ -85,6 +85,7 @@ async def test_claim_start_complete_with_counters_attempts_and_event(node: Node)
     assert await events(node) == Counter({"succeeded": 1})
     [attempt] = await node.tasks.attempts(SCOPE, task_id)
     assert (attempt.number, attempt.state, attempt.worker_id) == (1, "succeeded", "worker-a")
+    assert attempt.cause == "completed"
     assert attempt.started_at is not None and attempt.ended_at is not None
     # A resend of the same result is acknowledged and changes nothing.
     assert await node.workers.complete(lease.ref, {"sent": True}) is Outcome.ALREADY
@@ -463,7 +464,7 @@ async def test_a_task_timeout_caps_its_lease_and_ends_the_attempt(
     assert task.state == "scheduled" and task.error is not None
     assert task.error["code"] == "timeout"
     [attempt] = await node.tasks.attempts(SCOPE, task_id)
-    assert attempt.cause == "lease_expired" and attempt.error == task.error
+    assert attempt.cause == "timeout" and attempt.error == task.error
 
 
 async def test_cancel_requested_work_is_not_retried(node: Node, clock: FakeClock) -> None:

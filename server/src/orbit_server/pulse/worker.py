@@ -99,6 +99,16 @@ class Renewal:
     expires_at: datetime | None
 
 
+# Why an attempt ended when its worker reported (lease expiry passes its own cause).
+_REPORTED_CAUSE = {
+    Event.COMPLETE: "completed",
+    Event.CANCELLED_BY_WORKER: "cancelled",
+    Event.CANCEL_SETTLED: "cancelled",
+    Event.FAIL_RETRY: "error",
+    Event.FAIL_FINAL: "error",
+}
+
+
 def _claim_order(c: Candidate) -> tuple[int, datetime, str]:
     return (-c.priority, c.run_at, c.task_id)
 
@@ -395,7 +405,7 @@ class WorkerService:
         attempt = await lstore.attempt_get(tx, ref.task_id, ref.attempt)
         if attempt is None or attempt.ended_at is None:
             return Outcome.STALE
-        reported = attempt.cause not in ("lease_expired", "released", "cancel")
+        reported = attempt.cause in ("completed", "cancelled", "error")
         return Outcome.ALREADY if reported else Outcome.STALE
 
     async def _end_running(
@@ -433,7 +443,7 @@ class WorkerService:
             task.id,
             task.lease_epoch,
             state=str(after) if after is not TaskState.SCHEDULED else "failed",
-            cause=cause or ("error" if error else None),
+            cause=cause or _REPORTED_CAUSE.get(event, "error"),
             ended_at=now,
             error=error,
         )
@@ -519,9 +529,8 @@ class WorkerService:
                         else "the worker's lease ended before it reported a result",
                         "retryable": event is not Event.OUTCOME_UNKNOWN,
                     }
-                    await self._end_running(
-                        tx, task, event, now, error=error, cause="lease_expired"
-                    )
+                    cause = "timeout" if timed_out else "lease_expired"
+                    await self._end_running(tx, task, event, now, error=error, cause=cause)
                 else:
                     continue
                 handled.append(task_id)
