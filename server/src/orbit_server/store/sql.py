@@ -1,4 +1,5 @@
-"""Named SQL queries, one ``.sql`` file per aggregate per dialect (STYLE rule 4).
+"""Named SQL queries, one ``.sql`` file per aggregate per dialect (STYLE rule 4); queries whose
+text is the same on every dialect live once in ``common/``.
 
 A file holds blocks headed by ``-- name: query_name``. Parameters are written ``:name`` and are
 always bound, never formatted into the text. A parameter bound to a list or tuple expands to one
@@ -73,11 +74,15 @@ class QueryBook:
 
     @classmethod
     def load(cls, dialect: Dialect) -> QueryBook:
+        """The dialect's queries: ``common/`` (text that reads the same on every dialect) plus
+        the dialect's own folder. A name defined twice is an error, never an override."""
         placeholder = "%s" if dialect == "mysql" else "?"
-        folder = resources.files("orbit_server.store").joinpath(dialect)
+        root = resources.files("orbit_server.store")
         queries: dict[str, Query] = {}
-        for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-            if entry.name.endswith(".sql"):
+        for folder in (root.joinpath("common"), root.joinpath(dialect)):
+            for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+                if not entry.name.endswith(".sql"):
+                    continue
                 for query in parse_queries(entry.read_text("utf-8"), placeholder):
                     if query.name in queries:
                         raise ValueError(f"query {query.name} is defined twice ({dialect})")

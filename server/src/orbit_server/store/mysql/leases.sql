@@ -27,23 +27,8 @@ SELECT task_id, priority, run_at, fairness_key, concurrency_key, handler_version
  ORDER BY priority DESC, run_at, task_id
  LIMIT :limit FOR UPDATE SKIP LOCKED
 
--- name: ready_delete_many
-DELETE FROM task_ready WHERE task_id IN (:task_ids)
-
 -- name: gates_read_shared
 SELECT id, open, version FROM gates WHERE id IN (:gate_ids) LOCK IN SHARE MODE
-
--- name: gate_insert
-INSERT INTO gates (id, tenant, environment, open, version, created_at, updated_at)
-VALUES (:id, :tenant, :environment, 1, 0, :now, :now)
-
--- name: gate_set
-UPDATE gates SET open = :open, version = version + 1, updated_at = :now
- WHERE id = :id AND tenant = :tenant AND environment = :environment
-
--- name: gate_get
-SELECT id, tenant, environment, open, version, created_at, updated_at FROM gates
- WHERE id = :id AND tenant = :tenant AND environment = :environment
 
 -- name: key_permits_lock
 SELECT concurrency_key, active FROM key_permits
@@ -51,52 +36,8 @@ SELECT concurrency_key, active FROM key_permits
    AND concurrency_key IN (:keys)
  ORDER BY concurrency_key FOR UPDATE
 
--- name: tasks_lease_many
-UPDATE tasks SET state = 'leased', lease_epoch = lease_epoch + 1, lease_token = :lease_token,
-       lease_expires_at = :expires_at, session_id = :session_id, node = :node,
-       worker_id = :worker_id, updated_at = :now
- WHERE id IN (:task_ids) AND state = 'pending'
-
--- name: tasks_get_many
-SELECT * FROM tasks WHERE id IN (:task_ids)
-
--- name: attempt_insert
-INSERT INTO task_attempts (task_id, number, state, cause, worker_id, session_id, node, leased_at,
-                           started_at, ended_at, lease_expires_at, error)
-VALUES (:task_id, :number, 'leased', NULL, :worker_id, :session_id, :node, :leased_at, NULL,
-        NULL, :lease_expires_at, NULL)
-
--- name: attempt_update
-UPDATE task_attempts SET state = :state, cause = :cause, started_at = COALESCE(:started_at, started_at),
-       ended_at = :ended_at, lease_expires_at = :lease_expires_at, error = :error
- WHERE task_id = :task_id AND number = :number
-
 -- name: task_lock_fenced
 SELECT * FROM tasks WHERE id = :id AND lease_epoch = :epoch AND lease_token = :token FOR UPDATE
-
--- name: task_set_running
-UPDATE tasks SET state = 'running', attempts = attempts + 1,
-       lease_expires_at = CASE WHEN :deadline_at < :expires_at THEN :deadline_at ELSE :expires_at END,
-       deadline_at = :deadline_at, updated_at = :now
- WHERE id = :id AND lease_epoch = :epoch AND lease_token = :token AND state = 'leased'
-
--- name: task_return_pending
-UPDATE tasks SET state = 'pending', run_at = :run_at, lease_token = NULL, lease_expires_at = NULL,
-       deadline_at = NULL,
-       session_id = NULL, node = NULL, worker_id = NULL, updated_at = :now
- WHERE id = :id AND lease_epoch = :epoch AND state = :expected_state
-
--- name: task_renew
-UPDATE tasks SET lease_expires_at = CASE WHEN deadline_at IS NOT NULL AND deadline_at < :expires_at
-                                         THEN deadline_at ELSE :expires_at END,
-       updated_at = :now
- WHERE id = :id AND lease_epoch = :epoch AND lease_token = :token
-   AND state IN ('leased', 'running') AND lease_expires_at > :now
-
--- name: task_finish
-UPDATE tasks SET state = :state, result = :result, error = :error, finished_at = :finished_at,
-       run_at = :run_at, lease_expires_at = NULL, deadline_at = NULL, updated_at = :now
- WHERE id = :id AND lease_epoch = :epoch AND state = :expected_state
 
 -- name: leases_expired
 SELECT id, tenant, environment, queue FROM tasks FORCE INDEX (tasks_lease)
@@ -106,15 +47,3 @@ SELECT id, tenant, environment, queue FROM tasks FORCE INDEX (tasks_lease)
 -- name: scheduled_due
 SELECT * FROM tasks FORCE INDEX (tasks_due) WHERE state = 'scheduled' AND run_at <= :now
  ORDER BY run_at LIMIT :limit FOR UPDATE SKIP LOCKED
-
--- name: tasks_set_pending_many
-UPDATE tasks SET state = 'pending', updated_at = :now WHERE id IN (:task_ids) AND state = 'scheduled'
-
--- name: session_leases
-SELECT id, lease_epoch, lease_token, state FROM tasks
- WHERE session_id = :session_id AND state IN ('leased', 'running')
-
--- name: attempt_get
-SELECT task_id, number, state, cause, worker_id, session_id, node, leased_at, started_at,
-       ended_at, lease_expires_at, error
-  FROM task_attempts WHERE task_id = :task_id AND number = :number

@@ -1,12 +1,4 @@
--- name: queue_insert
-INSERT INTO queues (tenant, environment, name, paused, concurrency_limit, key_concurrency,
-                    max_pending, pending, active, created_at, updated_at)
-VALUES (:tenant, :environment, :name, 0, NULL, 1, NULL, 0, 0, :now, :now)
-
--- name: queue_get
-SELECT tenant, environment, name, paused, concurrency_limit, key_concurrency, max_pending,
-       pending, active, created_at, updated_at
-  FROM queues WHERE tenant = :tenant AND environment = :environment AND name = :name
+-- SQLite runs every write unit under BEGIN IMMEDIATE: row locks are not needed.
 
 -- name: queue_lock
 -- SQLite: BEGIN IMMEDIATE already holds the only write lock.
@@ -14,125 +6,9 @@ SELECT tenant, environment, name, paused, concurrency_limit, key_concurrency, ma
        pending, active, created_at, updated_at
   FROM queues WHERE tenant = :tenant AND environment = :environment AND name = :name
 
-
--- name: queue_list
-SELECT tenant, environment, name, paused, concurrency_limit, key_concurrency, max_pending,
-       pending, active, created_at, updated_at
-  FROM queues WHERE tenant = :tenant AND environment = :environment AND name > :after
- ORDER BY tenant, environment, name LIMIT :limit
-
--- name: queue_update_settings
-UPDATE queues SET paused = :paused, concurrency_limit = :concurrency_limit,
-       key_concurrency = :key_concurrency, max_pending = :max_pending, updated_at = :now
- WHERE tenant = :tenant AND environment = :environment AND name = :name
-
--- name: queue_add_pending
-UPDATE queues SET pending = pending + :delta, updated_at = :now
- WHERE tenant = :tenant AND environment = :environment AND name = :name
-
--- name: queue_add_active
-UPDATE queues SET active = active + :delta, updated_at = :now
- WHERE tenant = :tenant AND environment = :environment AND name = :name
-
--- name: queue_state_counts
-SELECT state, COUNT(*) AS n FROM tasks
- WHERE tenant = :tenant AND environment = :environment AND queue = :queue
- GROUP BY state
-
--- name: queue_oldest_pending
-SELECT MIN(run_at) AS oldest_at FROM task_ready
- WHERE tenant = :tenant AND environment = :environment AND queue = :queue
-
--- name: task_insert
-INSERT INTO tasks (id, tenant, environment, queue, type, state, params, priority, run_at,
-                   attempts, max_attempts, initial_backoff_ms, backoff_multiplier, max_backoff_ms,
-                   timeout_ms, idempotency_key, request_hash, concurrency_key, fairness_key,
-                   side_effect, handler_version, labels, owner_kind, owner_id, owner_step,
-                   gate_id, traceparent, result, error, cancel_requested, cancel_reason,
-                   lease_epoch, created_at, updated_at, finished_at)
-VALUES (:id, :tenant, :environment, :queue, :type, :state, :params, :priority, :run_at,
-        0, :max_attempts, :initial_backoff_ms, :backoff_multiplier, :max_backoff_ms,
-        :timeout_ms, :idempotency_key, :request_hash, :concurrency_key, :fairness_key,
-        :side_effect, :handler_version, :labels, :owner_kind, :owner_id, :owner_step,
-        :gate_id, :traceparent, NULL, NULL, 0, NULL, 0, :created_at, :created_at, NULL)
-
--- name: task_get
-SELECT * FROM tasks WHERE id = :id AND tenant = :tenant AND environment = :environment
-
--- name: task_get_by_idempotency_key
-SELECT * FROM tasks
- WHERE tenant = :tenant AND environment = :environment AND idempotency_key = :idempotency_key
-
--- name: task_list
-SELECT * FROM tasks WHERE tenant = :tenant AND environment = :environment AND id < :before
- ORDER BY tenant DESC, environment DESC, id DESC LIMIT :limit
-
--- name: task_list_by_state
-SELECT * FROM tasks
- WHERE tenant = :tenant AND environment = :environment AND state = :state AND id < :before
- ORDER BY tenant DESC, environment DESC, state DESC, id DESC LIMIT :limit
-
--- name: task_list_by_queue
-SELECT * FROM tasks
- WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND id < :before
- ORDER BY tenant DESC, environment DESC, queue DESC, id DESC LIMIT :limit
-
--- name: task_list_by_queue_state
-SELECT * FROM tasks
- WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND state = :state
-   AND id < :before
- ORDER BY tenant DESC, environment DESC, queue DESC, state DESC, id DESC LIMIT :limit
-
--- name: task_ready_insert
-INSERT INTO task_ready (task_id, tenant, environment, queue, type, priority, run_at, fairness_key,
-                        concurrency_key, handler_version, gate_id)
-VALUES (:task_id, :tenant, :environment, :queue, :type, :priority, :run_at, :fairness_key,
-        :concurrency_key, :handler_version, :gate_id)
-
--- name: task_ready_delete
-DELETE FROM task_ready WHERE task_id = :task_id
-
--- name: task_finish_unstarted
-UPDATE tasks SET state = :state, cancel_reason = :reason, finished_at = :now, updated_at = :now,
-       lease_token = NULL, lease_expires_at = NULL
- WHERE id = :id AND state = :expected_state AND lease_epoch = :lease_epoch
-
--- name: task_request_cancel
-UPDATE tasks SET cancel_requested = 1, cancel_reason = :reason, updated_at = :now
- WHERE id = :id AND state = 'running' AND cancel_requested = 0
-
--- name: task_event_insert
-INSERT INTO task_events (id, tenant, environment, task_id, attempt, seq, state, owner_kind,
-                         owner_id, processed, created_at, processed_at)
-VALUES (:id, :tenant, :environment, :task_id, :attempt, :seq, :state, :owner_kind, :owner_id, 0,
-        :created_at, NULL)
-
--- name: task_event_list_pending
-SELECT id, tenant, environment, task_id, attempt, seq, state, owner_kind, owner_id, created_at
-  FROM task_events WHERE processed = 0 AND id > :after ORDER BY processed, id LIMIT :limit
-
--- name: attempt_list
-SELECT task_id, number, state, cause, worker_id, session_id, node, leased_at, started_at,
-       ended_at, lease_expires_at, error
-  FROM task_attempts WHERE task_id = :task_id ORDER BY task_id, number
-
 -- name: task_lock
 -- SQLite: BEGIN IMMEDIATE already holds the only write lock.
 SELECT * FROM tasks WHERE id = :id AND tenant = :tenant AND environment = :environment
-
--- name: key_permit_add
-UPDATE key_permits SET active = active + :delta
- WHERE tenant = :tenant AND environment = :environment AND queue = :queue
-   AND concurrency_key = :concurrency_key
-
--- name: key_permit_insert
-INSERT INTO key_permits (tenant, environment, queue, concurrency_key, active)
-VALUES (:tenant, :environment, :queue, :concurrency_key, 0)
-
--- name: key_permit_get
-SELECT active FROM key_permits
- WHERE tenant = :tenant AND environment = :environment AND queue = :queue
-   AND concurrency_key = :concurrency_key
 
 -- name: task_reopen
 UPDATE tasks SET state = 'pending', run_at = :now, max_attempts = MAX(max_attempts, attempts + 1),
@@ -140,29 +16,9 @@ UPDATE tasks SET state = 'pending', run_at = :now, max_attempts = MAX(max_attemp
        lease_expires_at = NULL, updated_at = :now
  WHERE id = :id AND state = :expected_state
 
--- name: task_resolve
-UPDATE tasks SET state = :state, result = :result, error = :error, finished_at = :now,
-       updated_at = :now
- WHERE id = :id AND state = 'needs_review'
-
--- name: task_event_mark_processed
-UPDATE task_events SET processed = 1, processed_at = :now WHERE id = :id AND processed = 0
-
 -- name: tasks_finished_before
 SELECT id FROM tasks t
  WHERE state IN ('succeeded', 'failed', 'cancelled') AND finished_at < :before
    AND (t.owner_kind IS NULL
         OR NOT EXISTS (SELECT 1 FROM task_events e WHERE e.task_id = t.id AND e.processed = 0))
  LIMIT :limit
-
--- name: attempts_delete_for_tasks
-DELETE FROM task_attempts WHERE task_id IN (:task_ids)
-
--- name: events_delete_for_tasks
-DELETE FROM task_events WHERE task_id IN (:task_ids)
-
--- name: tasks_delete
-DELETE FROM tasks WHERE id IN (:task_ids)
-
--- name: task_event_seq_set
-UPDATE tasks SET event_seq = :seq WHERE id = :task_id AND event_seq = :seq - 1

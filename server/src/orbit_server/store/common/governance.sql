@@ -1,3 +1,6 @@
+-- Queries that read the same on MySQL/MariaDB and SQLite; each dialect's folder holds
+-- only those that differ (governance.sql).
+
 -- name: tenant_insert
 INSERT INTO tenants (name, created_at) VALUES (:name, :created_at)
 
