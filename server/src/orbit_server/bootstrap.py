@@ -70,7 +70,11 @@ async def build_node(
     supervisor.register(
         ServerRole.RECOVERY,
         "retention",
-        lambda: retention_loop(lambda: tasks.prune_finished(settings.result_retention_ms)),
+        lambda: retention_loop(
+            lambda: tasks.prune_finished(
+                settings.result_retention_ms, idempotency_ms=settings.idempotency_retention_ms
+            )
+        ),
     )
     return Node(
         settings=settings,

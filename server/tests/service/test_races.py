@@ -160,3 +160,58 @@ async def test_cancel_racing_claims_keeps_the_counters_exact(node: Node) -> None
     assert q is not None
     assert q.pending == counts.get("pending", 0) + counts.get("scheduled", 0)
     assert q.active == counts.get("leased", 0) + counts.get("running", 0)
+
+
+async def test_a_stale_and_a_new_holder_complete_at_once(node: Node) -> None:
+    from datetime import timedelta
+
+    from orbit_server.pulse.worker import Outcome
+
+    await submit(node, 1)
+    alice, bob = sessions(2)
+    [old] = await node.workers.claim(SCOPE, alice, [Want("q", "t", 1)], limit=1)
+    await node.workers.start(old.ref)
+    node.clock.advance(timedelta(milliseconds=node.settings.lease_ms + 1))  # type: ignore[attr-defined]
+    await node.workers.expire_leases()
+    node.clock.advance(timedelta(minutes=5))  # type: ignore[attr-defined]
+    await node.workers.promote_due()
+    [new] = await node.workers.claim(SCOPE, bob, [Want("q", "t", 1)], limit=1)
+    await node.workers.start(new.ref)
+    results = await asyncio.gather(
+        node.workers.complete(old.ref, "stale"), node.workers.complete(new.ref, "fresh")
+    )
+    assert results == [Outcome.STALE, Outcome.ACCEPTED]
+    task = await node.tasks.get(SCOPE, new.task.id)
+    assert (task.state, task.result) == ("succeeded", "fresh")
+    q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
+    assert q is not None and (q.active, q.pending) == (0, 0)
+
+
+async def test_a_gate_close_waits_for_a_claim_in_flight_then_stops_its_starts(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = await node.gates.create(SCOPE)
+    await submit(node, 3, gate_id=gate)
+    read_gate, release = asyncio.Event(), asyncio.Event()
+    real_gates_open = lstore.gates_open
+
+    async def gates_open_then_hold(tx: Tx, gate_ids: list[str]) -> dict[str, bool]:
+        seen = await real_gates_open(tx, gate_ids)
+        read_gate.set()
+        await release.wait()  # the real claim pauses here, holding the gate's shared lock
+        return seen
+
+    monkeypatch.setattr(lstore, "gates_open", gates_open_then_hold)
+    claiming = asyncio.create_task(
+        node.workers.claim(SCOPE, sessions(1)[0], [Want("q", "t", 3)], limit=3)
+    )
+    await read_gate.wait()
+    closing = asyncio.create_task(node.gates.set_open(SCOPE, gate, open_=False))
+    await wait_for_lock_waiters(node.db, 1)  # the close waits for the claim
+    release.set()
+    leases = await claiming
+    monkeypatch.setattr(lstore, "gates_open", real_gates_open)
+    await closing
+    assert len(leases) == 3  # decided before the close committed
+    verdicts = [await node.workers.start(lease.ref) for lease in leases]
+    assert set(verdicts) == {StartVerdict.DENIED_GATE}  # after it, nothing starts

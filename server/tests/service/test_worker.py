@@ -508,3 +508,16 @@ async def test_a_blocked_head_of_the_queue_does_not_hide_free_work(node: Node) -
     free = await submit(node, 5)
     leases = await claim(node, free=5)
     assert sorted(lease.task.id for lease in leases) == sorted(free)
+
+
+@pytest.mark.covers("idempotency_keys_expire")
+async def test_idempotency_keys_expire_before_their_tasks(node: Node, clock: FakeClock) -> None:
+    [old] = await submit(node, idempotency_key="k")
+    await node.tasks.cancel(SCOPE, old, reason=None, actor=ACTOR)
+    clock.advance(timedelta(days=2))
+    day = 86_400_000
+    assert await node.tasks.prune_finished(7 * day, idempotency_ms=day) == 1  # the key only
+    assert (await node.tasks.get(SCOPE, old)).idempotency_key is None
+    [new] = await submit(node, idempotency_key="k")
+    assert new != old  # the key makes a new task now; the old task is still there
+    assert (await node.tasks.get(SCOPE, old)).state == "cancelled"

@@ -301,12 +301,19 @@ class TaskService:
 
     # -- history (P10) ------------------------------------------------------------------------
 
-    async def prune_finished(self, retention_ms: int, *, budget: int = 1000) -> int:
-        """Delete tasks finished longer than ``retention_ms`` ago, at most ``budget`` per call."""
-        before = self._clock.now() - timedelta(milliseconds=retention_ms)
+    async def prune_finished(
+        self, retention_ms: int, *, idempotency_ms: int | None = None, budget: int = 1000
+    ) -> int:
+        """Delete tasks finished longer than ``retention_ms`` ago and forget idempotency keys
+        of tasks finished longer than ``idempotency_ms`` ago, at most ``budget`` rows each per
+        call; answers how many rows changed (0: nothing left to do)."""
+        now = self._clock.now()
+        before = now - timedelta(milliseconds=retention_ms)
+        keys_before = now - timedelta(milliseconds=idempotency_ms or retention_ms)
 
         async def unit(tx: Tx) -> int:
-            return await store.tasks_prune(tx, before, limit=budget)
+            forgotten = await store.idempotency_keys_expire(tx, keys_before, limit=budget)
+            return forgotten + await store.tasks_prune(tx, before, limit=budget)
 
         return await self._db.run(unit)
 

@@ -524,6 +524,12 @@ async def task_event_mark_processed(tx: Tx, event_id: str, now: datetime) -> boo
     return await tx.execute("task_event_mark_processed", {"id": event_id, "now": now}) == 1
 
 
+async def idempotency_keys_expire(tx: Tx, before: datetime, *, limit: int) -> int:
+    """Forget the idempotency keys of tasks that finished before ``before`` (the key can then
+    be used for a new task); answers how many were forgotten."""
+    return await tx.execute("idempotency_keys_expire", {"before": before, "limit": limit})
+
+
 async def tasks_prune(tx: Tx, before: datetime, *, limit: int) -> int:
     """Delete up to ``limit`` tasks that finished before ``before`` with their attempts and
     processed events; a task whose result event is not yet processed is kept."""

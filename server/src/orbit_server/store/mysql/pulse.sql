@@ -20,3 +20,9 @@ SELECT id FROM tasks t
    AND (t.owner_kind IS NULL
         OR NOT EXISTS (SELECT 1 FROM task_events e WHERE e.task_id = t.id AND e.processed = 0))
  LIMIT :limit FOR UPDATE SKIP LOCKED
+
+-- name: idempotency_keys_expire
+UPDATE tasks SET idempotency_key = NULL, request_hash = NULL
+ WHERE state IN ('succeeded', 'failed', 'cancelled') AND finished_at < :before
+   AND idempotency_key IS NOT NULL
+ LIMIT :limit
