@@ -521,3 +521,25 @@ async def test_idempotency_keys_expire_before_their_tasks(node: Node, clock: Fak
     [new] = await submit(node, idempotency_key="k")
     assert new != old  # the key makes a new task now; the old task is still there
     assert (await node.tasks.get(SCOPE, old)).state == "cancelled"
+
+
+@pytest.mark.covers("gate_park")
+async def test_a_closed_gates_tasks_wait_outside_the_claim_range(
+    node: Node, clock: FakeClock
+) -> None:
+    gate = await node.gates.create(SCOPE)
+    await submit(node, 1, gate_id=gate)
+    [held] = await claim(node, free=1)  # leased before the close
+    await node.gates.set_open(SCOPE, gate, open_=False)
+    gated = set(await submit(node, 300, gate_id=gate))  # submitted while closed
+    free = set(await submit(node, 3))
+    leases = await claim(node, free=3)
+    assert {lease.task.id for lease in leases} == free  # the gated backlog blocks nothing
+    clock.advance(timedelta(milliseconds=node.settings.lease_ms + 1))
+    assert await node.workers.expire_leases() == 4  # all back to pending; the gated one waits
+    again = await claim(node)
+    assert {lease.task.id for lease in again} == free  # not the held gated task
+    await node.gates.set_open(SCOPE, gate, open_=True)
+    reopened = {lease.task.id for lease in await claim(node, free=400)}
+    assert reopened == gated | {held.task.id}
+    await node.gates.set_open(SCOPE, gate, open_=True)  # opening an open gate changes nothing

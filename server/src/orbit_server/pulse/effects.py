@@ -9,6 +9,7 @@ from datetime import datetime
 from orbit_server.ids import new_id
 from orbit_server.pulse.states import TaskState
 from orbit_server.store import Tx
+from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
 from orbit_server.store.pulse import TaskEventRecord, TaskRecord
 
@@ -21,6 +22,19 @@ async def release_permits(tx: Tx, task: TaskRecord, now: datetime, *, waits_agai
     )
     if task.concurrency_key is not None:
         await store.key_permit_add(tx, task.scope, task.queue, task.concurrency_key, -1)
+
+
+async def make_claimable(tx: Tx, task: TaskRecord, gates: dict[str, bool] | None = None) -> bool:
+    """Put a pending task into the claim range unless its gate is closed (a closed gate's
+    tasks wait outside it until the gate opens); answers whether it went in. ``gates`` may
+    carry the open/closed answers already read in this transaction."""
+    if task.gate_id is not None:
+        known = gates if gates is not None and task.gate_id in gates else None
+        is_open = (known or await lstore.gates_open(tx, [task.gate_id]))[task.gate_id]
+        if not is_open:
+            return False
+    await store.task_ready_insert(tx, task)
+    return True
 
 
 async def emit_result(tx: Tx, task: TaskRecord, state: TaskState, now: datetime) -> None:

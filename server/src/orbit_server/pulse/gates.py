@@ -30,8 +30,12 @@ class GateService:
         """Open or close; once a close has committed no claim or start of its tasks succeeds."""
 
         async def unit(tx: Tx) -> GateRecord | None:
-            if not await lstore.gate_set(tx, scope, gate_id, open_=open_, now=self._clock.now()):
+            before = await lstore.gate_get(tx, scope, gate_id, lock=True)
+            if before is None:
                 return None
+            await lstore.gate_set(tx, scope, gate_id, open_=open_, now=self._clock.now())
+            if before.open != open_:
+                await lstore.gate_park(tx, gate_id, open_=open_)
             return await lstore.gate_get(tx, scope, gate_id)
 
         gate = await self._db.run(unit)

@@ -18,7 +18,7 @@ from orbit_server.audit import Actor, AuditWriter
 from orbit_server.clock import Clock
 from orbit_server.errors import IdempotencyConflict, NotFound, QueueFull, StateConflict
 from orbit_server.ids import new_id
-from orbit_server.pulse.effects import emit_result, release_permits
+from orbit_server.pulse.effects import emit_result, make_claimable, release_permits
 from orbit_server.pulse.model import TaskSpec, new_task
 from orbit_server.pulse.states import HOLDS_PERMITS, Event, IllegalTransition, TaskState, decide
 from orbit_server.pulse.watch import TaskWatch
@@ -130,6 +130,8 @@ class TaskService:
                 raise QueueFull(
                     f"queue {name} holds its maximum of {queue.max_pending} waiting tasks"
                 )
+        gate_ids = sorted({g for i in fresh if (g := tasks[i].gate_id) is not None})
+        gates = await lstore.gates_open(tx, gate_ids)
         for i in fresh:
             task = tasks[i]
             try:
@@ -144,7 +146,7 @@ class TaskService:
                 per_queue[task.queue] -= 1
                 continue
             if task.state == TaskState.PENDING:
-                await store.task_ready_insert(tx, task)
+                await make_claimable(tx, task, gates)
             results[i] = Submitted(task, created=True)
         for name, count in per_queue.items():
             if count:
@@ -337,7 +339,7 @@ class TaskService:
                 raise StateConflict("the task changed meanwhile; read it and try again")
             reopened = await store.task_get(tx, scope, task_id)
             assert reopened is not None
-            await store.task_ready_insert(tx, reopened)
+            await make_claimable(tx, reopened)
             await store.queue_lock_or_create(tx, scope, task.queue, now)
             await store.queue_add_counts(tx, scope, task.queue, pending=1, now=now)
             await self._audit.record(

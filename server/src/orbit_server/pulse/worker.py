@@ -18,7 +18,7 @@ from typing import Any
 
 from orbit_server.clock import Clock
 from orbit_server.ids import new_id
-from orbit_server.pulse.effects import emit_result, release_permits
+from orbit_server.pulse.effects import emit_result, make_claimable, release_permits
 from orbit_server.pulse.retry import RetryPolicy
 from orbit_server.pulse.states import (
     Event,
@@ -458,7 +458,7 @@ class WorkerService:
         await lstore.task_return_pending(tx, task, run_at=task.run_at, now=now)
         returned = await store.task_get(tx, task.scope, task.id)
         assert returned is not None
-        await store.task_ready_insert(tx, returned)
+        await make_claimable(tx, returned)
         await lstore.attempt_update(
             tx, task.id, task.lease_epoch, state="released", cause=cause, ended_at=now
         )
@@ -551,7 +551,7 @@ class WorkerService:
                 return 0
             await lstore.tasks_set_pending_many(tx, [t.id for t in due], now)
             for task in due:
-                await store.task_ready_insert(tx, task)
+                await make_claimable(tx, task)
             return len(due)
 
         return await self._db.run(unit)

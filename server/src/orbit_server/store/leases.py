@@ -130,8 +130,17 @@ async def gate_set(tx: Tx, scope: Scope, gate_id: str, *, open_: bool, now: date
     return changed == 1
 
 
-async def gate_get(tx: Tx, scope: Scope, gate_id: str) -> GateRecord | None:
-    row = await tx.fetch_one("gate_get", {**_scope(scope), "id": gate_id})
+async def gate_park(tx: Tx, gate_id: str, *, open_: bool) -> int:
+    """Take a closed gate's pending tasks out of the claim range, or put them back on open, so
+    they never sit at the head of a queue in front of claimable work."""
+    if open_:
+        return await tx.execute("ready_insert_for_gate", {"gate_id": gate_id})
+    return await tx.execute("ready_delete_for_gate", {"gate_id": gate_id})
+
+
+async def gate_get(tx: Tx, scope: Scope, gate_id: str, *, lock: bool = False) -> GateRecord | None:
+    """One gate; ``lock`` holds its row exclusively (what opening and closing do)."""
+    row = await tx.fetch_one("gate_lock" if lock else "gate_get", {**_scope(scope), "id": gate_id})
     if row is None:
         return None
     return GateRecord(

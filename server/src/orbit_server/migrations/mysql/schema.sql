@@ -112,7 +112,8 @@ CREATE TABLE IF NOT EXISTS tasks (
   KEY tasks_lease (state, lease_expires_at),
   KEY tasks_finished (state, finished_at),
   KEY tasks_owner (owner_kind, owner_id),
-  KEY tasks_session (session_id, state)
+  KEY tasks_session (session_id, state),
+  KEY tasks_gate (gate_id, state)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE IF NOT EXISTS task_ready (
@@ -129,7 +130,8 @@ CREATE TABLE IF NOT EXISTS task_ready (
   gate_id VARCHAR(40) NULL,
   PRIMARY KEY (task_id),
   KEY task_ready_claim (tenant, environment, queue, type, priority DESC, run_at, task_id),
-  KEY task_ready_fair (tenant, environment, queue, type, fairness_key, priority DESC, run_at, task_id)
+  KEY task_ready_fair (tenant, environment, queue, type, fairness_key, priority DESC, run_at, task_id),
+  KEY task_ready_gate (gate_id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE IF NOT EXISTS task_attempts (

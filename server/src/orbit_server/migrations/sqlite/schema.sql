@@ -125,6 +125,8 @@ CREATE INDEX IF NOT EXISTS tasks_owner ON tasks (owner_kind, owner_id);
 
 CREATE INDEX IF NOT EXISTS tasks_session ON tasks (session_id, state);
 
+CREATE INDEX IF NOT EXISTS tasks_gate ON tasks (gate_id, state);
+
 
 CREATE TABLE IF NOT EXISTS task_ready (
   task_id TEXT NOT NULL,
@@ -144,6 +146,8 @@ CREATE TABLE IF NOT EXISTS task_ready (
 CREATE INDEX IF NOT EXISTS task_ready_claim ON task_ready (tenant, environment, queue, type, priority DESC, run_at, task_id);
 
 CREATE INDEX IF NOT EXISTS task_ready_fair ON task_ready (tenant, environment, queue, type, fairness_key, priority DESC, run_at, task_id);
+
+CREATE INDEX IF NOT EXISTS task_ready_gate ON task_ready (gate_id);
 
 
 CREATE TABLE IF NOT EXISTS task_attempts (

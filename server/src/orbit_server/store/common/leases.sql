@@ -71,3 +71,13 @@ SELECT id, lease_epoch, lease_token, state FROM tasks
 SELECT task_id, number, state, cause, worker_id, session_id, node, leased_at, started_at,
        ended_at, lease_expires_at, error
   FROM task_attempts WHERE task_id = :task_id AND number = :number
+
+-- name: ready_delete_for_gate
+DELETE FROM task_ready WHERE gate_id = :gate_id
+
+-- name: ready_insert_for_gate
+INSERT INTO task_ready (task_id, tenant, environment, queue, type, priority, run_at, fairness_key,
+                        concurrency_key, handler_version, gate_id)
+SELECT id, tenant, environment, queue, type, priority, run_at, COALESCE(fairness_key, ''),
+       concurrency_key, handler_version, gate_id
+  FROM tasks WHERE gate_id = :gate_id AND state = 'pending'

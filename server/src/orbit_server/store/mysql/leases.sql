@@ -47,3 +47,7 @@ SELECT id, tenant, environment, queue FROM tasks FORCE INDEX (tasks_lease)
 -- name: scheduled_due
 SELECT * FROM tasks FORCE INDEX (tasks_due) WHERE state = 'scheduled' AND run_at <= :now
  ORDER BY run_at LIMIT :limit FOR UPDATE SKIP LOCKED
+
+-- name: gate_lock
+SELECT id, tenant, environment, open, version, created_at, updated_at FROM gates
+ WHERE id = :id AND tenant = :tenant AND environment = :environment FOR UPDATE

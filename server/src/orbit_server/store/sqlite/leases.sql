@@ -45,3 +45,7 @@ SELECT id, tenant, environment, queue FROM tasks
 -- name: scheduled_due
 SELECT * FROM tasks WHERE state = 'scheduled' AND run_at <= :now
  ORDER BY run_at LIMIT :limit
+
+-- name: gate_lock
+SELECT id, tenant, environment, open, version, created_at, updated_at FROM gates
+ WHERE id = :id AND tenant = :tenant AND environment = :environment
