@@ -176,7 +176,7 @@ class WorkerService:
         scan = min(max(take * 2, take + 16), DEEP_SCAN)
         while True:
             candidates = await self._fair_candidates(tx, scope, want, scan)
-            chosen, taken_per_key = await self._choose(tx, scope, want, queue, candidates, take)
+            chosen = await self._choose(tx, scope, want, queue, candidates, take)
             if len(chosen) >= take or len(candidates) < scan or scan >= DEEP_SCAN:
                 break
             scan = DEEP_SCAN
@@ -197,7 +197,7 @@ class WorkerService:
         )
         # Only rows this claim really moved count (a row not pending any more is not leased).
         leased = [t for t in leased if t.state == TaskState.LEASED and t.lease_token == token]
-        taken_per_key = defaultdict(int)
+        taken_per_key: dict[str, int] = defaultdict(int)
         for t in leased:
             if t.concurrency_key is not None:
                 taken_per_key[t.concurrency_key] += 1
@@ -217,7 +217,7 @@ class WorkerService:
         queue: QueueRecord,
         candidates: list[Candidate],
         take: int,
-    ) -> tuple[list[Candidate], dict[str, int]]:
+    ) -> list[Candidate]:
         """The candidates this claim may lease: compatible version, open gate, key permits."""
         if want.versions:
             candidates = [
@@ -240,21 +240,20 @@ class WorkerService:
                     continue
                 taken_per_key[key] += 1
             chosen.append(candidate)
-        return chosen, taken_per_key
+        return chosen
 
     async def _fair_candidates(
         self, tx: Tx, scope: Scope, want: Want, scan: int
     ) -> list[Candidate]:
         """Up to ``scan`` candidates, rotating over fairness keys: each key with ready work
         gets an equal share first, then the rest is filled in plain claim order (SPEC P7)."""
-        take = scan
         rotation = (scope, want.queue, want.type)
         keys = await lstore.ready_fairness_keys(
             tx,
             scope,
             want.queue,
             want.type,
-            limit=min(FAIRNESS_KEYS_PER_CLAIM, max(take, 2)),
+            limit=min(FAIRNESS_KEYS_PER_CLAIM, max(scan, 2)),
             start_after=self._rotation.get(rotation),
         )
         if keys:
