@@ -7,7 +7,9 @@ from typing import Any
 import structlog
 from litestar import Request
 
+from orbit_server.api.context import current_request_id
 from orbit_server.api.deps import NodeDep
+from orbit_server.audit import Actor
 from orbit_server.governance.keys import Principal
 
 
@@ -21,3 +23,8 @@ async def authenticate(request: Request[Any, Any, Any], node: NodeDep) -> Princi
         environment=principal.scope.environment,
     )
     return principal
+
+
+def actor_of(principal: Principal) -> Actor:
+    """Who the audit log names for a request: the calling key, with the request id."""
+    return Actor(principal.actor, current_request_id())

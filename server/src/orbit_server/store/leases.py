@@ -3,7 +3,6 @@ expiry and due scans (decision 0003)."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -12,8 +11,14 @@ from typing import Any
 import msgspec
 
 from orbit_server.scope import Scope
-from orbit_server.store.base import DuplicateKey, Tx
-from orbit_server.store.pulse import AttemptRecord, TaskRecord, attempt_from_row, task_from_row
+from orbit_server.store.base import Tx
+from orbit_server.store.pulse import (
+    AttemptRecord,
+    TaskRecord,
+    attempt_from_row,
+    key_permit_ensure,
+    task_from_row,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,10 +173,7 @@ async def key_permits_lock(tx: Tx, scope: Scope, queue: str, keys: Sequence[str]
     if not ordered:
         return {}
     for key in ordered:
-        with contextlib.suppress(DuplicateKey):
-            await tx.execute(
-                "key_permit_insert", {**_scope(scope), "queue": queue, "concurrency_key": key}
-            )
+        await key_permit_ensure(tx, scope, queue, key)
     rows = await tx.fetch_all(
         "key_permits_lock", {**_scope(scope), "queue": queue, "keys": ordered}
     )

@@ -79,6 +79,11 @@ def is_connection_error(exc: BaseException) -> bool:
     return isinstance(exc, _CONNECTION_EXCEPTIONS) or _error_code(exc) in _CONNECTION_CODES
 
 
+def could_not_connect(exc: BaseException) -> bool:
+    """Opening or handing out a connection failed (nothing of any unit was sent)."""
+    return is_connection_error(exc) or isinstance(exc, my_errors.OperationalError)
+
+
 def translate(exc: BaseException) -> BaseException:
     """Map a driver error onto the seam's vocabulary (or return it unchanged)."""
     code = _error_code(exc)
@@ -238,7 +243,7 @@ class MySQLDatabase(Database):
             mapped = translate(exc)
             if isinstance(mapped, DatabaseUnavailable):
                 raise mapped from exc
-            if isinstance(mapped, ConnectionLost) or isinstance(exc, my_errors.OperationalError):
+            if isinstance(mapped, ConnectionLost) or could_not_connect(exc):
                 raise DatabaseUnavailable(
                     f"cannot connect to the database at {self.url.redacted()}"
                 ) from exc
@@ -281,7 +286,7 @@ class MySQLDatabase(Database):
                         **self.connection_kwargs(self.session_setup()),
                     )
                 except Exception as exc:
-                    if is_connection_error(exc) or isinstance(exc, my_errors.OperationalError):
+                    if could_not_connect(exc):
                         raise ConnectionLost(type(exc).__name__) from exc
                     raise
             return self._pool
@@ -303,7 +308,7 @@ class MySQLDatabase(Database):
         except TimeoutError as exc:
             raise DatabaseUnavailable("no database connection became free in time") from exc
         except Exception as exc:
-            if is_connection_error(exc) or isinstance(exc, my_errors.OperationalError):
+            if could_not_connect(exc):
                 raise ConnectionLost(type(exc).__name__) from exc
             raise
         return conn

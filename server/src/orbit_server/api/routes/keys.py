@@ -7,17 +7,12 @@ from typing import Annotated
 from litestar import get, post
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
-from orbit_server.api.context import current_request_id
+from orbit_server.api.auth import actor_of
 from orbit_server.api.deps import NodeDep, PrincipalDep
 from orbit_server.api.pagination import decode_cursor, next_cursor, page_limit
 from orbit_server.api.wire import ApiKey, ApiKeyList, CreatedApiKey, KeyCreate, WhoAmI
-from orbit_server.audit import Actor
 from orbit_server.errors import InvalidRequest
-from orbit_server.governance.keys import ALL_ROLES, Principal, Role, parse_roles
-
-
-def _actor(principal: Principal) -> Actor:
-    return Actor(principal.actor, current_request_id())
+from orbit_server.governance.keys import ALL_ROLES, Role, parse_roles
 
 
 @get("/v1/whoami", summary="The calling key's scope and roles", tags=["keys"])
@@ -43,7 +38,7 @@ async def create_key(
     created = await node.keys.create(
         principal.scope,
         roles,
-        actor=_actor(principal),
+        actor=actor_of(principal),
         queues=None if data.queues is None else tuple(data.queues),
         name=data.name,
     )
@@ -74,5 +69,5 @@ async def get_key(key_id: FromPath[str], principal: PrincipalDep, node: NodeDep)
 @post("/v1/keys/{key_id:str}/revoke", summary="Revoke an API key", tags=["keys"], status_code=200)
 async def revoke_key(key_id: FromPath[str], principal: PrincipalDep, node: NodeDep) -> ApiKey:
     principal.require(Role.ADMIN)
-    revoked = await node.keys.revoke(key_id, actor=_actor(principal), scope=principal.scope)
+    revoked = await node.keys.revoke(key_id, actor=actor_of(principal), scope=principal.scope)
     return ApiKey.of(revoked)

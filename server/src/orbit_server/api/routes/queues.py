@@ -8,11 +8,10 @@ from litestar import get, put
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from msgspec import UNSET
 
-from orbit_server.api.context import current_request_id
+from orbit_server.api.auth import actor_of
 from orbit_server.api.deps import NodeDep, PrincipalDep
 from orbit_server.api.pagination import decode_cursor, next_cursor, page_limit
 from orbit_server.api.wire_tasks import Queue, QueueList, QueueUpdate
-from orbit_server.audit import Actor
 from orbit_server.errors import InvalidRequest
 from orbit_server.governance.keys import Role
 from orbit_server.pulse.service import QueueSettings
@@ -50,7 +49,5 @@ async def update_queue(
         max_pending=data.max_pending or None,
         clear_max_pending=data.max_pending is None,
     )
-    view = await node.queues.update(
-        principal.scope, name, change, actor=Actor(principal.actor, current_request_id())
-    )
+    view = await node.queues.update(principal.scope, name, change, actor=actor_of(principal))
     return Queue.of(view, node.clock.now())

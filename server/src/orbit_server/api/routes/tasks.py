@@ -9,7 +9,7 @@ import msgspec
 from litestar import Response, get, post
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 
-from orbit_server.api.context import current_request_id
+from orbit_server.api.auth import actor_of
 from orbit_server.api.deps import NodeDep, PrincipalDep
 from orbit_server.api.pagination import decode_cursor, encode_cursor, page_limit
 from orbit_server.api.wire_tasks import (
@@ -23,7 +23,6 @@ from orbit_server.api.wire_tasks import (
     TaskList,
     TaskSubmit,
 )
-from orbit_server.audit import Actor
 from orbit_server.config import Settings
 from orbit_server.errors import InvalidRequest, PayloadTooLarge, RateLimited
 from orbit_server.governance.keys import Principal, Role
@@ -51,14 +50,7 @@ def to_spec(body: TaskSubmit, settings: Settings, traceparent: str | None) -> Ta
     retry_in = body.retry
     try:
         retry = (
-            RetryPolicy()
-            if retry_in is None
-            else RetryPolicy(
-                max_attempts=retry_in.max_attempts,
-                initial_backoff_ms=retry_in.initial_backoff_ms,
-                backoff_multiplier=retry_in.backoff_multiplier,
-                max_backoff_ms=retry_in.max_backoff_ms,
-            )
+            RetryPolicy() if retry_in is None else RetryPolicy(**msgspec.structs.asdict(retry_in))
         )
     except ValueError as exc:
         raise InvalidRequest(str(exc)) from None
@@ -101,10 +93,6 @@ def _take_submit_quota(node: Node, principal: Principal, count: int) -> None:
         f"this key submits faster than {node.submit_limiter.rate:g} tasks/s",
         retry_after_s=max(1, math.ceil(wait_s)),
     )
-
-
-def _actor(principal: Principal) -> Actor:
-    return Actor(principal.actor, current_request_id())
 
 
 @post("/v1/tasks", summary="Submit a task", tags=["tasks"], status_code=201)
@@ -214,7 +202,9 @@ async def cancel_task(
 ) -> Task:
     principal.require(*WRITERS)
     reason = data.reason if data is not None else None
-    task = await node.tasks.cancel(principal.scope, task_id, reason=reason, actor=_actor(principal))
+    task = await node.tasks.cancel(
+        principal.scope, task_id, reason=reason, actor=actor_of(principal)
+    )
     return Task.of(task)
 
 
@@ -226,7 +216,7 @@ async def cancel_task(
 )
 async def retry_task(task_id: FromPath[str], principal: PrincipalDep, node: NodeDep) -> Task:
     principal.require(Role.OPERATOR)
-    return Task.of(await node.tasks.retry(principal.scope, task_id, actor=_actor(principal)))
+    return Task.of(await node.tasks.retry(principal.scope, task_id, actor=actor_of(principal)))
 
 
 @post(
@@ -249,6 +239,6 @@ async def resolve_task(
     error = None if data.error is None else msgspec.structs.asdict(data.error)
     task = await node.tasks.resolve(
         principal.scope, task_id, succeeded=succeeded, result=data.result, error=error,
-        actor=_actor(principal),
+        actor=actor_of(principal),
     )  # fmt: skip
     return Task.of(task)
