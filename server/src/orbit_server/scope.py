@@ -13,7 +13,7 @@ def valid_scope_name(name: str) -> bool:
     return bool(_NAME.match(name))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, order=True)
 class Scope:
     tenant: str
     environment: str

@@ -93,6 +93,37 @@ async def test_key_exclusion_holds_against_concurrent_claims(node: Node) -> None
     assert keys == ["user-1", "user-2"]
 
 
+@pytest.mark.parametrize("limit", ["queue", "key"])
+async def test_a_claim_waits_for_the_permits_of_a_claim_in_flight(node: Node, limit: str) -> None:
+    """Step by step: claim A has taken permits and not committed; claim B starts, waits on
+    the queue row, and after A commits sees A's permits taken."""
+    if limit == "queue":
+        await node.queues.update(SCOPE, "q", QueueSettings(concurrency_limit=2), actor=ACTOR)
+        await submit(node, 10)
+    else:
+        await submit(node, 5, concurrency_key="user-1")
+        await submit(node, 5, concurrency_key="user-2")
+    first, second = sessions(2)
+    holding, release = asyncio.Event(), asyncio.Event()
+
+    async def claim_and_hold(tx: Tx) -> int:
+        leases = await node.workers._claim_one(
+            tx, SCOPE, first, Want("q", "t", 10), 10, "lse_first", node.clock.now()
+        )
+        holding.set()
+        await release.wait()
+        return len(leases)
+
+    a = asyncio.create_task(node.db.run(claim_and_hold))
+    await holding.wait()
+    b = asyncio.create_task(node.workers.claim(SCOPE, second, [Want("q", "t", 10)], limit=10))
+    await wait_for_lock_waiters(node.db, 1)  # B waits for A's queue row
+    release.set()
+    assert await a == 2 and await b == []
+    q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
+    assert q is not None and (q.active, q.pending) == (2, 8)
+
+
 async def test_once_a_gate_close_commits_no_claim_or_start_succeeds(node: Node) -> None:
     gate = await node.gates.create(SCOPE)
     await submit(node, 4, gate_id=gate)

@@ -16,11 +16,22 @@ from tests.conftest import SCOPE
 
 # query name → the index that must serve it, with its parameters
 PLANS: dict[str, tuple[str, dict[str, Any]]] = {
-    "ready_candidates": ("task_ready_claim", {"queue": "emails", "type": "send", "limit": 50}),
+    "ready_candidates": (
+        "task_ready_claim",
+        {"queue": "emails", "type": "send", "limit": 50, "any_version": 0, "versions": ["v1"]},
+    ),
     "ready_candidates_of_key": (
         "task_ready_fair",
-        {"queue": "emails", "type": "send", "limit": 50, "fairness_key": "k1"},
+        {
+            "queue": "emails",
+            "type": "send",
+            "limit": 50,
+            "fairness_key": "k1",
+            "any_version": 1,
+            "versions": [""],
+        },
     ),
+    "key_head_pending": ("tasks_key", {"queue": "emails", "concurrency_key": "c1", "limit": 2}),
     "leases_expired": ("tasks_lease", {"limit": 50}),
     "scheduled_due": ("tasks_due", {"limit": 50}),
 }
@@ -41,7 +52,14 @@ async def test_claim_and_scan_queries_use_their_index_without_sorting(
     if node.db.dialect != "mysql":
         pytest.skip("the plans checked here are InnoDB's; SQLite has one writer and no SKIP LOCKED")
     specs = [
-        TaskSpec(queue="emails", type="send", fairness_key=f"k{i % 5}", priority=i % 3)
+        TaskSpec(
+            queue="emails",
+            type="send",
+            fairness_key=f"k{i % 5}",
+            priority=i % 3,
+            concurrency_key=f"c{i % 7}",
+            handler_version=f"v{i % 2}",
+        )
         for i in range(300)
     ]
     await node.tasks.submit_many(SCOPE, specs)

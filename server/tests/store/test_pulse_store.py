@@ -94,10 +94,10 @@ async def test_counters_and_key_permits_move_by_deltas(db: Database, clock: Fake
         await store.queue_ensure(tx, SCOPE, "emails", clock.now())
         await store.queue_add_counts(tx, SCOPE, "emails", pending=5, now=clock.now())
         await store.queue_add_counts(tx, SCOPE, "emails", pending=-2, active=2, now=clock.now())
-        await store.key_permit_ensure(tx, SCOPE, "emails", "user-1")
-        await store.key_permit_ensure(tx, SCOPE, "emails", "user-1")  # idempotent
-        await store.key_permit_add(tx, SCOPE, "emails", "user-1", 2)
-        await store.key_permit_add(tx, SCOPE, "emails", "user-1", -1)
+        await store.key_permit_ensure(tx, SCOPE, "emails", "user-1", clock.now())
+        await store.key_permit_ensure(tx, SCOPE, "emails", "user-1", clock.now())  # idempotent
+        await store.key_permit_add(tx, SCOPE, "emails", "user-1", 2, clock.now())
+        await store.key_permit_add(tx, SCOPE, "emails", "user-1", -1, clock.now())
         queue = await store.queue_get(tx, SCOPE, "emails")
         assert queue is not None
         active = await store.key_permit_active(tx, SCOPE, "emails", "user-1")

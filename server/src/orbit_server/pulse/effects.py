@@ -1,6 +1,12 @@
-"""What every state change of a task writes besides the task row (decision 0003): the permits
-it gives back and its result event. Shared by the submitter-side and worker-side services so
-that every path does it the same way, in the transaction of the change."""
+"""What every state change of a task writes besides the task row (decision 0003): the claim
+range it enters, the permits it gives back and its result event. Shared by the submitter-side
+and worker-side services so that every path does it the same way, in the transaction of the
+change.
+
+A task with a concurrency key enters the claim range only by admission (decision 0004): the
+range holds, per key, at most as many of the key's pending tasks as the key has free permits,
+the first ones in claim order. A key whose permits are all taken therefore has no rows there,
+and any number of its waiting tasks never stand in front of other keys' work."""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ from datetime import datetime
 
 from orbit_server.ids import new_id
 from orbit_server.pulse.states import TaskState
+from orbit_server.scope import Scope
 from orbit_server.store import Tx
 from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
@@ -15,26 +22,49 @@ from orbit_server.store.pulse import TaskEventRecord, TaskRecord
 
 
 async def release_permits(tx: Tx, task: TaskRecord, now: datetime, *, waits_again: bool) -> None:
-    """A task leaves leased/running: the queue's and the concurrency key's permits come back;
-    ``waits_again`` when it returns to pending or scheduled (counted as waiting)."""
+    """A task leaves leased/running: the queue's and the concurrency key's permits come back
+    (and the key admits its next task); ``waits_again`` when it returns to pending or
+    scheduled (counted as waiting). Callers hold the task's row, then this locks the queue."""
     await store.queue_add_counts(
         tx, task.scope, task.queue, active=-1, pending=1 if waits_again else 0, now=now
     )
     if task.concurrency_key is not None:
-        await store.key_permit_add(tx, task.scope, task.queue, task.concurrency_key, -1)
+        await store.key_permit_add(tx, task.scope, task.queue, task.concurrency_key, -1, now)
+        await admit_key(tx, task.scope, task.queue, task.concurrency_key, now)
 
 
-async def make_claimable(tx: Tx, task: TaskRecord, gates: dict[str, bool] | None = None) -> bool:
+async def admit_key(tx: Tx, scope: Scope, queue: str, key: str, now: datetime) -> None:
+    """Bring a concurrency key's rows in the claim range to its first pending tasks in claim
+    order (open gate or none), as many as the key has free permits. Locks the queue row, then
+    the key's permit row: the claim's lock order."""
+    record = await store.queue_get(tx, scope, queue, lock=True)
+    if record is None:
+        return
+    active = (await lstore.key_permits_lock(tx, scope, queue, [key], now)).get(key, 0)
+    wanted = await lstore.key_head_pending(
+        tx, scope, queue, key, limit=record.key_concurrency - active
+    )
+    present = await lstore.ready_of_key(tx, scope, queue, key)
+    await lstore.ready_delete_many(tx, sorted(present.difference(wanted)))
+    await lstore.ready_insert_tasks(tx, [t for t in wanted if t not in present])
+
+
+async def make_claimable(
+    tx: Tx, task: TaskRecord, gates: dict[str, bool] | None = None, *, now: datetime
+) -> None:
     """Put a pending task into the claim range unless its gate is closed (a closed gate's
-    tasks wait outside it until the gate opens); answers whether it went in. ``gates`` may
-    carry the open/closed answers already read in this transaction."""
+    tasks wait outside it until the gate opens); a task with a concurrency key goes through
+    its key's admission instead. ``gates`` may carry the open/closed answers already read in
+    this transaction."""
+    if task.concurrency_key is not None:
+        await admit_key(tx, task.scope, task.queue, task.concurrency_key, now)
+        return
     if task.gate_id is not None:
         known = gates if gates is not None and task.gate_id in gates else None
         is_open = (known or await lstore.gates_open(tx, [task.gate_id]))[task.gate_id]
         if not is_open:
-            return False
+            return
     await store.task_ready_insert(tx, task)
-    return True
 
 
 async def emit_result(tx: Tx, task: TaskRecord, state: TaskState, now: datetime) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from orbit_server.clock import Clock
 from orbit_server.errors import NotFound
 from orbit_server.ids import new_id
+from orbit_server.pulse.effects import admit_key
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
 from orbit_server.store import leases as lstore
@@ -33,9 +34,13 @@ class GateService:
             before = await lstore.gate_get(tx, scope, gate_id, lock=True)
             if before is None:
                 return None
-            await lstore.gate_set(tx, scope, gate_id, open_=open_, now=self._clock.now())
+            now = self._clock.now()
+            await lstore.gate_set(tx, scope, gate_id, open_=open_, now=now)
             if before.open != open_:
                 await lstore.gate_park(tx, gate_id, open_=open_)
+                # Tasks with a concurrency key enter and leave through their key's admission.
+                for key_scope, queue, key in await lstore.gate_pending_keys(tx, gate_id):
+                    await admit_key(tx, key_scope, queue, key, now)
             return await lstore.gate_get(tx, scope, gate_id)
 
         gate = await self._db.run(unit)

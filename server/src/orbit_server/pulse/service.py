@@ -18,7 +18,7 @@ from orbit_server.audit import Actor, AuditWriter
 from orbit_server.clock import Clock
 from orbit_server.errors import IdempotencyConflict, NotFound, QueueFull, StateConflict
 from orbit_server.ids import new_id
-from orbit_server.pulse.effects import emit_result, make_claimable, release_permits
+from orbit_server.pulse.effects import admit_key, emit_result, make_claimable, release_permits
 from orbit_server.pulse.model import TaskSpec, new_task
 from orbit_server.pulse.states import HOLDS_PERMITS, Event, IllegalTransition, TaskState, decide
 from orbit_server.pulse.watch import TaskWatch
@@ -132,6 +132,7 @@ class TaskService:
                 )
         gate_ids = sorted({g for i in fresh if (g := tasks[i].gate_id) is not None})
         gates = await lstore.gates_open(tx, gate_ids)
+        keys: set[tuple[str, str]] = set()
         for i in fresh:
             task = tasks[i]
             try:
@@ -146,11 +147,16 @@ class TaskService:
                 per_queue[task.queue] -= 1
                 continue
             if task.state == TaskState.PENDING:
-                await make_claimable(tx, task, gates)
+                if task.concurrency_key is None:
+                    await make_claimable(tx, task, gates, now=now)
+                else:
+                    keys.add((task.queue, task.concurrency_key))
             results[i] = Submitted(task, created=True)
         for name, count in per_queue.items():
             if count:
                 await store.queue_add_counts(tx, scope, name, pending=count, now=now)
+        for name, key in sorted(keys):  # once per key however many of its tasks came
+            await admit_key(tx, scope, name, key, now)
         for i, first in repeats.items():
             answer = results[first]
             assert answer is not None
@@ -308,14 +314,16 @@ class TaskService:
     ) -> int:
         """Delete tasks finished longer than ``retention_ms`` ago and forget idempotency keys
         of tasks finished longer than ``idempotency_ms`` ago, at most ``budget`` rows each per
-        call; answers how many rows changed (0: nothing left to do)."""
+        call; answers how many rows changed (0: nothing left to do). Permit rows of keys idle
+        for the retention go too."""
         now = self._clock.now()
         before = now - timedelta(milliseconds=retention_ms)
         keys_before = now - timedelta(milliseconds=idempotency_ms or retention_ms)
 
         async def unit(tx: Tx) -> int:
             forgotten = await store.idempotency_keys_expire(tx, keys_before, limit=budget)
-            return forgotten + await store.tasks_prune(tx, before, limit=budget)
+            idle = await store.key_permits_prune(tx, before, limit=budget)
+            return forgotten + idle + await store.tasks_prune(tx, before, limit=budget)
 
         return await self._db.run(unit)
 
@@ -339,9 +347,9 @@ class TaskService:
                 raise StateConflict("the task changed meanwhile; read it and try again")
             reopened = await store.task_get(tx, scope, task_id)
             assert reopened is not None
-            await make_claimable(tx, reopened)
             await store.queue_lock_or_create(tx, scope, task.queue, now)
             await store.queue_add_counts(tx, scope, task.queue, pending=1, now=now)
+            await make_claimable(tx, reopened, now=now)
             await self._audit.record(
                 tx, scope=scope, actor=actor, action="task.retry", target_kind="task",
                 target_id=task_id, details={"state_before": task.state},
@@ -399,6 +407,8 @@ class TaskService:
             await store.task_ready_delete(tx, task.id)
         if state in (TaskState.PENDING, TaskState.SCHEDULED):
             await store.queue_add_counts(tx, task.scope, task.queue, pending=-1, now=now)
+        if state is TaskState.PENDING and task.concurrency_key is not None:
+            await admit_key(tx, task.scope, task.queue, task.concurrency_key, now)
         if state in HOLDS_PERMITS:
             await release_permits(tx, task, now, waits_again=False)
 
@@ -441,6 +451,10 @@ class QueueService:
                 else change.max_pending or queue.max_pending,
             }
             await store.queue_update_settings(tx, scope, name, now=now, **settings)
+            if settings["key_concurrency"] != queue.key_concurrency:
+                # Each waiting key admits as many tasks as its permits now allow (or fewer).
+                for key in await lstore.queue_pending_keys(tx, scope, name):
+                    await admit_key(tx, scope, name, key, now)
             await self._audit.record(
                 tx,
                 scope=scope,

@@ -18,7 +18,7 @@ from typing import Any
 
 from orbit_server.clock import Clock
 from orbit_server.ids import new_id
-from orbit_server.pulse.effects import emit_result, make_claimable, release_permits
+from orbit_server.pulse.effects import admit_key, emit_result, make_claimable, release_permits
 from orbit_server.pulse.retry import RetryPolicy
 from orbit_server.pulse.states import (
     Event,
@@ -176,7 +176,7 @@ class WorkerService:
         scan = min(max(take * 2, take + 16), DEEP_SCAN)
         while True:
             candidates = await self._fair_candidates(tx, scope, want, scan)
-            chosen = await self._choose(tx, scope, want, queue, candidates, take)
+            chosen = await self._choose(tx, scope, want, queue, candidates, take, now)
             if len(chosen) >= take or len(candidates) < scan or scan >= DEEP_SCAN:
                 break
             scan = DEEP_SCAN
@@ -206,7 +206,7 @@ class WorkerService:
             tx, scope, want.queue, pending=-len(leased), active=len(leased), now=now
         )
         for key, count in sorted(taken_per_key.items()):
-            await store.key_permit_add(tx, scope, want.queue, key, count)
+            await store.key_permit_add(tx, scope, want.queue, key, count, now)
         return [Lease(LeaseRef(t.id, t.lease_epoch, token), t, expires_at) for t in leased]
 
     @staticmethod
@@ -217,18 +217,14 @@ class WorkerService:
         queue: QueueRecord,
         candidates: list[Candidate],
         take: int,
+        now: datetime,
     ) -> list[Candidate]:
-        """The candidates this claim may lease: compatible version, open gate, key permits."""
-        if want.versions:
-            candidates = [
-                c
-                for c in candidates
-                if c.handler_version is None or c.handler_version in want.versions
-            ]
+        """The candidates this claim may lease: open gate, key permits (the versions were
+        filtered by the candidates' query)."""
         gates = await lstore.gates_open(tx, [c.gate_id for c in candidates if c.gate_id])
         candidates = [c for c in candidates if c.gate_id is None or gates.get(c.gate_id, False)]
         keyed = [c.concurrency_key for c in candidates if c.concurrency_key is not None]
-        permits = await lstore.key_permits_lock(tx, scope, want.queue, keyed)
+        permits = await lstore.key_permits_lock(tx, scope, want.queue, keyed, now)
         chosen: list[Candidate] = []
         taken_per_key: dict[str, int] = defaultdict(int)
         for candidate in candidates:
@@ -263,16 +259,26 @@ class WorkerService:
             if len(self._rotation) > 10_000:
                 self._rotation.clear()
         if len(keys) <= 1:
-            return await lstore.ready_candidates(tx, scope, want.queue, want.type, limit=scan)
+            return await lstore.ready_candidates(
+                tx, scope, want.queue, want.type, limit=scan, versions=want.versions
+            )
         share = max(1, math.ceil(scan / len(keys)))
         picked: dict[str, Candidate] = {}
         for key in keys:
             for c in await lstore.ready_candidates(
-                tx, scope, want.queue, want.type, limit=share, fairness_key=key
+                tx,
+                scope,
+                want.queue,
+                want.type,
+                limit=share,
+                fairness_key=key,
+                versions=want.versions,
             ):
                 picked[c.task_id] = c
         if len(picked) < scan:
-            for c in await lstore.ready_candidates(tx, scope, want.queue, want.type, limit=scan):
+            for c in await lstore.ready_candidates(
+                tx, scope, want.queue, want.type, limit=scan, versions=want.versions
+            ):
                 picked.setdefault(c.task_id, c)
         # Interleave keys so the first ``take`` rows alternate between them; within each round
         # the keys go by their next task's claim order, so priority still counts across keys.
@@ -455,13 +461,14 @@ class WorkerService:
     ) -> None:
         """Leased work that never started returns without using an attempt."""
         await lstore.task_return_pending(tx, task, run_at=task.run_at, now=now)
-        returned = await store.task_get(tx, task.scope, task.id)
-        assert returned is not None
-        await make_claimable(tx, returned)
         await lstore.attempt_update(
             tx, task.id, task.lease_epoch, state="released", cause=cause, ended_at=now
         )
-        await release_permits(tx, task, now, waits_again=True)
+        await release_permits(tx, task, now, waits_again=True)  # readmits a keyed task
+        if task.concurrency_key is None:
+            returned = await store.task_get(tx, task.scope, task.id)
+            assert returned is not None
+            await make_claimable(tx, returned, now=now)
 
     @staticmethod
     def _policy(task: TaskRecord) -> RetryPolicy:
@@ -549,8 +556,14 @@ class WorkerService:
             if not due:
                 return 0
             await lstore.tasks_set_pending_many(tx, [t.id for t in due], now)
+            keys: set[tuple[Scope, str, str]] = set()
             for task in due:
-                await make_claimable(tx, task)
+                if task.concurrency_key is None:
+                    await make_claimable(tx, task, now=now)
+                else:
+                    keys.add((task.scope, task.queue, task.concurrency_key))
+            for scope, queue, key in sorted(keys):  # queue rows in one order on every node
+                await admit_key(tx, scope, queue, key, now)
             return len(due)
 
         return await self._db.run(unit)

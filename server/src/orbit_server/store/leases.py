@@ -94,9 +94,19 @@ async def ready_candidates(
     *,
     limit: int,
     fairness_key: str | None = None,
+    versions: Sequence[str] = (),
 ) -> list[Candidate]:
-    """Claimable rows in claim order, locked and skipping rows other claimers hold."""
-    params = {**_scope(scope), "queue": queue, "type": type_, "limit": limit}
+    """Claimable rows in claim order, locked and skipping rows other claimers hold; with
+    ``versions``, only rows of those handler versions or of none (filtered inside the index
+    scan, so rows pinned to another version never fill the batch)."""
+    params = {
+        **_scope(scope),
+        "queue": queue,
+        "type": type_,
+        "limit": limit,
+        "any_version": 0 if versions else 1,
+        "versions": list(versions) or [""],
+    }
     if fairness_key is None:
         rows = await tx.fetch_all("ready_candidates", params)
     else:
@@ -167,17 +177,61 @@ async def gates_open(tx: Tx, gate_ids: Sequence[str]) -> dict[str, bool]:
     return {g: found.get(g, False) for g in gate_ids}  # a missing gate is closed
 
 
-async def key_permits_lock(tx: Tx, scope: Scope, queue: str, keys: Sequence[str]) -> dict[str, int]:
+async def key_permits_lock(
+    tx: Tx, scope: Scope, queue: str, keys: Sequence[str], now: datetime
+) -> dict[str, int]:
     """Create and lock the permit rows of ``keys`` (in key order); answers their counts."""
     ordered = sorted(set(keys))
     if not ordered:
         return {}
     for key in ordered:
-        await key_permit_ensure(tx, scope, queue, key)
+        await key_permit_ensure(tx, scope, queue, key, now)
     rows = await tx.fetch_all(
         "key_permits_lock", {**_scope(scope), "queue": queue, "keys": ordered}
     )
     return {str(r["concurrency_key"]): int(r["active"]) for r in rows}
+
+
+async def ready_of_key(tx: Tx, scope: Scope, queue: str, key: str) -> set[str]:
+    """The tasks of a concurrency key that are in the claim range."""
+    rows = await tx.fetch_all(
+        "ready_of_key", {**_scope(scope), "queue": queue, "concurrency_key": key}
+    )
+    return {str(r["task_id"]) for r in rows}
+
+
+async def key_head_pending(tx: Tx, scope: Scope, queue: str, key: str, *, limit: int) -> list[str]:
+    """The first ``limit`` pending tasks of a concurrency key in claim order whose gate is open
+    (or that have none)."""
+    if limit <= 0:
+        return []
+    rows = await tx.fetch_all(
+        "key_head_pending",
+        {**_scope(scope), "queue": queue, "concurrency_key": key, "limit": limit},
+    )
+    return [str(r["id"]) for r in rows]
+
+
+async def ready_insert_tasks(tx: Tx, task_ids: Sequence[str]) -> int:
+    """Put pending tasks into the claim range."""
+    if not task_ids:
+        return 0
+    return await tx.execute("ready_insert_tasks", {"task_ids": list(task_ids)})
+
+
+async def gate_pending_keys(tx: Tx, gate_id: str) -> list[tuple[Scope, str, str]]:
+    """(scope, queue, concurrency key) of every key with pending tasks behind a gate."""
+    rows = await tx.fetch_all("gate_pending_keys", {"gate_id": gate_id})
+    return sorted(
+        (Scope(str(r["tenant"]), str(r["environment"])), str(r["queue"]), str(r["concurrency_key"]))
+        for r in rows
+    )
+
+
+async def queue_pending_keys(tx: Tx, scope: Scope, queue: str) -> list[str]:
+    """Every concurrency key with pending tasks in a queue, in key order."""
+    rows = await tx.fetch_all("queue_pending_keys", {**_scope(scope), "queue": queue})
+    return [str(r["concurrency_key"]) for r in rows]
 
 
 async def tasks_lease_many(

@@ -253,12 +253,19 @@ async def queue_add_counts(
         await tx.execute("queue_add_active", {**params, "delta": active})
 
 
-async def key_permit_ensure(tx: Tx, scope: Scope, queue: str, concurrency_key: str) -> None:
+async def key_permit_ensure(
+    tx: Tx, scope: Scope, queue: str, concurrency_key: str, now: datetime
+) -> None:
     """Create a concurrency key's permit row (count 0) unless it exists."""
     with contextlib.suppress(DuplicateKey):
         await tx.execute(
             "key_permit_insert",
-            {**_scope_params(scope), "queue": queue, "concurrency_key": concurrency_key},
+            {
+                **_scope_params(scope),
+                "queue": queue,
+                "concurrency_key": concurrency_key,
+                "now": now,
+            },
         )
 
 
@@ -272,7 +279,7 @@ async def key_permit_active(tx: Tx, scope: Scope, queue: str, concurrency_key: s
 
 
 async def key_permit_add(
-    tx: Tx, scope: Scope, queue: str, concurrency_key: str, delta: int
+    tx: Tx, scope: Scope, queue: str, concurrency_key: str, delta: int, now: datetime
 ) -> None:
     """Move a concurrency key's count of leased and running tasks."""
     await tx.execute(
@@ -282,8 +289,14 @@ async def key_permit_add(
             "queue": queue,
             "concurrency_key": concurrency_key,
             "delta": delta,
+            "now": now,
         },
     )
+
+
+async def key_permits_prune(tx: Tx, before: datetime, *, limit: int) -> int:
+    """Delete up to ``limit`` permit rows of keys idle since before ``before``."""
+    return await tx.execute("key_permits_prune", {"before": before, "limit": limit})
 
 
 async def queue_state_counts(tx: Tx, scope: Scope, name: str) -> dict[str, int]:

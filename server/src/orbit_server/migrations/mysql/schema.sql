@@ -113,7 +113,8 @@ CREATE TABLE IF NOT EXISTS tasks (
   KEY tasks_finished (state, finished_at),
   KEY tasks_owner (owner_kind, owner_id),
   KEY tasks_session (session_id, state),
-  KEY tasks_gate (gate_id, state)
+  KEY tasks_gate (gate_id, state),
+  KEY tasks_key (tenant, environment, queue, concurrency_key, state, priority DESC, run_at, id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE IF NOT EXISTS task_ready (
@@ -129,8 +130,9 @@ CREATE TABLE IF NOT EXISTS task_ready (
   handler_version VARCHAR(64) NULL,
   gate_id VARCHAR(40) NULL,
   PRIMARY KEY (task_id),
-  KEY task_ready_claim (tenant, environment, queue, type, priority DESC, run_at, task_id),
-  KEY task_ready_fair (tenant, environment, queue, type, fairness_key, priority DESC, run_at, task_id),
+  KEY task_ready_claim (tenant, environment, queue, type, priority DESC, run_at, task_id, handler_version),
+  KEY task_ready_fair (tenant, environment, queue, type, fairness_key, priority DESC, run_at, task_id, handler_version),
+  KEY task_ready_key (tenant, environment, queue, concurrency_key),
   KEY task_ready_gate (gate_id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
@@ -186,5 +188,7 @@ CREATE TABLE IF NOT EXISTS key_permits (
   queue VARCHAR(128) NOT NULL,
   concurrency_key VARCHAR(200) NOT NULL,
   active INT NOT NULL DEFAULT 0,
-  PRIMARY KEY (tenant, environment, queue, concurrency_key)
+  updated_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (tenant, environment, queue, concurrency_key),
+  KEY key_permits_idle (active, updated_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

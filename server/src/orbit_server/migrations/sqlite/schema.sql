@@ -127,6 +127,8 @@ CREATE INDEX IF NOT EXISTS tasks_session ON tasks (session_id, state);
 
 CREATE INDEX IF NOT EXISTS tasks_gate ON tasks (gate_id, state);
 
+CREATE INDEX IF NOT EXISTS tasks_key ON tasks (tenant, environment, queue, concurrency_key, state, priority DESC, run_at, id);
+
 
 CREATE TABLE IF NOT EXISTS task_ready (
   task_id TEXT NOT NULL,
@@ -143,9 +145,11 @@ CREATE TABLE IF NOT EXISTS task_ready (
   PRIMARY KEY (task_id)
 );
 
-CREATE INDEX IF NOT EXISTS task_ready_claim ON task_ready (tenant, environment, queue, type, priority DESC, run_at, task_id);
+CREATE INDEX IF NOT EXISTS task_ready_claim ON task_ready (tenant, environment, queue, type, priority DESC, run_at, task_id, handler_version);
 
-CREATE INDEX IF NOT EXISTS task_ready_fair ON task_ready (tenant, environment, queue, type, fairness_key, priority DESC, run_at, task_id);
+CREATE INDEX IF NOT EXISTS task_ready_fair ON task_ready (tenant, environment, queue, type, fairness_key, priority DESC, run_at, task_id, handler_version);
+
+CREATE INDEX IF NOT EXISTS task_ready_key ON task_ready (tenant, environment, queue, concurrency_key);
 
 CREATE INDEX IF NOT EXISTS task_ready_gate ON task_ready (gate_id);
 
@@ -207,5 +211,8 @@ CREATE TABLE IF NOT EXISTS key_permits (
   queue TEXT NOT NULL,
   concurrency_key TEXT NOT NULL,
   active INTEGER NOT NULL DEFAULT 0,
+  updated_at TEXT NOT NULL,
   PRIMARY KEY (tenant, environment, queue, concurrency_key)
 );
+
+CREATE INDEX IF NOT EXISTS key_permits_idle ON key_permits (active, updated_at);

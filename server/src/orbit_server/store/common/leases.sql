@@ -80,4 +80,26 @@ INSERT INTO task_ready (task_id, tenant, environment, queue, type, priority, run
                         concurrency_key, handler_version, gate_id)
 SELECT id, tenant, environment, queue, type, priority, run_at, COALESCE(fairness_key, ''),
        concurrency_key, handler_version, gate_id
-  FROM tasks WHERE gate_id = :gate_id AND state = 'pending'
+  FROM tasks WHERE gate_id = :gate_id AND state = 'pending' AND concurrency_key IS NULL
+
+-- name: ready_of_key
+SELECT task_id FROM task_ready
+ WHERE tenant = :tenant AND environment = :environment AND queue = :queue
+   AND concurrency_key = :concurrency_key
+
+-- name: ready_insert_tasks
+INSERT INTO task_ready (task_id, tenant, environment, queue, type, priority, run_at, fairness_key,
+                        concurrency_key, handler_version, gate_id)
+SELECT id, tenant, environment, queue, type, priority, run_at, COALESCE(fairness_key, ''),
+       concurrency_key, handler_version, gate_id
+  FROM tasks WHERE id IN (:task_ids) AND state = 'pending'
+
+-- name: gate_pending_keys
+SELECT DISTINCT tenant, environment, queue, concurrency_key FROM tasks
+ WHERE gate_id = :gate_id AND state = 'pending' AND concurrency_key IS NOT NULL
+
+-- name: queue_pending_keys
+SELECT DISTINCT concurrency_key FROM tasks
+ WHERE tenant = :tenant AND environment = :environment AND queue = :queue
+   AND concurrency_key IS NOT NULL AND state = 'pending'
+ ORDER BY concurrency_key

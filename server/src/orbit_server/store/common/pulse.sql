@@ -113,13 +113,13 @@ SELECT task_id, number, state, cause, worker_id, session_id, node, leased_at, st
   FROM task_attempts WHERE task_id = :task_id ORDER BY task_id, number
 
 -- name: key_permit_add
-UPDATE key_permits SET active = active + :delta
+UPDATE key_permits SET active = active + :delta, updated_at = :now
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue
    AND concurrency_key = :concurrency_key
 
 -- name: key_permit_insert
-INSERT INTO key_permits (tenant, environment, queue, concurrency_key, active)
-VALUES (:tenant, :environment, :queue, :concurrency_key, 0)
+INSERT INTO key_permits (tenant, environment, queue, concurrency_key, active, updated_at)
+VALUES (:tenant, :environment, :queue, :concurrency_key, 0, :now)
 
 -- name: key_permit_get
 SELECT active FROM key_permits

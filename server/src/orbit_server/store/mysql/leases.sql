@@ -16,6 +16,7 @@ SELECT fairness_key FROM task_ready FORCE INDEX (task_ready_fair)
 SELECT task_id, priority, run_at, fairness_key, concurrency_key, handler_version, gate_id
   FROM task_ready FORCE INDEX (task_ready_claim)
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND type = :type
+   AND (:any_version = 1 OR handler_version IS NULL OR handler_version IN (:versions))
  ORDER BY priority DESC, run_at, task_id
  LIMIT :limit FOR UPDATE SKIP LOCKED
 
@@ -24,6 +25,7 @@ SELECT task_id, priority, run_at, fairness_key, concurrency_key, handler_version
   FROM task_ready FORCE INDEX (task_ready_fair)
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND type = :type
    AND fairness_key = :fairness_key
+   AND (:any_version = 1 OR handler_version IS NULL OR handler_version IN (:versions))
  ORDER BY priority DESC, run_at, task_id
  LIMIT :limit FOR UPDATE SKIP LOCKED
 
@@ -51,3 +53,13 @@ SELECT * FROM tasks FORCE INDEX (tasks_due) WHERE state = 'scheduled' AND run_at
 -- name: gate_lock
 SELECT id, tenant, environment, open, version, created_at, updated_at FROM gates
  WHERE id = :id AND tenant = :tenant AND environment = :environment FOR UPDATE
+
+-- name: key_head_pending
+-- The first pending tasks of a concurrency key in claim order, behind an open gate or none.
+SELECT t.id FROM tasks t FORCE INDEX (tasks_key)
+  LEFT JOIN gates g ON g.id = t.gate_id
+ WHERE t.tenant = :tenant AND t.environment = :environment AND t.queue = :queue
+   AND t.concurrency_key = :concurrency_key AND t.state = 'pending'
+   AND (t.gate_id IS NULL OR g.open = 1)
+ ORDER BY t.priority DESC, t.run_at, t.id
+ LIMIT :limit

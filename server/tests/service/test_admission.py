@@ -1,0 +1,154 @@
+"""Work that cannot run now never stands in front of work that can: a concurrency key admits
+only as many of its tasks into the claim range as it has free permits (decision 0004), and
+rows pinned to another handler version are filtered inside the claim's index scan."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from orbit_server.clock import FakeClock
+from orbit_server.pulse.service import QueueSettings
+from orbit_server.pulse.worker import DEEP_SCAN, StartVerdict
+from orbit_server.runtime.node import Node
+from orbit_server.store import Tx
+from orbit_server.store import leases as lstore
+from orbit_server.store import pulse as store
+from tests.conftest import SCOPE
+from tests.service.test_worker import ACTOR, BOB, claim, submit
+
+
+async def admitted(node: Node, key: str) -> set[str]:
+    return await node.db.read(lambda tx: lstore.ready_of_key(tx, SCOPE, "emails", key))
+
+
+@pytest.mark.covers("ready_of_key", "key_head_pending", "ready_insert_tasks")
+async def test_a_busy_key_keeps_its_backlog_out_of_the_claim_range(node: Node) -> None:
+    first = await submit(node, 1, concurrency_key="big")
+    backlog = await submit(node, DEEP_SCAN + 500, concurrency_key="big")
+    [other] = await submit(node, 1, concurrency_key="small")
+    assert await admitted(node, "big") == {first[0]}  # one permit: one row, the first task
+    [lease_big, lease_small] = await claim(node, free=2)
+    assert {lease_big.task.id, lease_small.task.id} == {first[0], other}
+    assert await admitted(node, "big") == set()  # its permit is taken: nothing waits in range
+    [unkeyed] = await submit(node, 1)
+    # The claim finds the new work at once, however many tasks of the busy key wait.
+    assert [lease.task.id for lease in await claim(node, BOB)] == [unkeyed]
+    await node.workers.start(lease_big.ref)
+    await node.workers.complete(lease_big.ref, None)
+    assert await admitted(node, "big") == {backlog[0]}  # the next one, in claim order
+    [after] = await claim(node, BOB)
+    assert after.task.id == backlog[0]
+
+
+async def test_a_more_urgent_task_of_a_key_takes_the_admitted_place(node: Node) -> None:
+    [low] = await submit(node, 1, concurrency_key="k", priority=0)
+    [high] = await submit(node, 1, concurrency_key="k", priority=9)
+    assert await admitted(node, "k") == {high}
+    [lease] = await claim(node)
+    assert lease.task.id == high
+    await node.workers.start(lease.ref)
+    await node.workers.fail(lease.ref, {"code": "boom", "message": "x"}, retryable=False)
+    assert await admitted(node, "k") == {low}
+
+
+async def test_cancelling_the_admitted_task_admits_the_next(node: Node) -> None:
+    [first, second] = await submit(node, 2, concurrency_key="k")
+    await node.tasks.cancel(SCOPE, first, reason=None, actor=ACTOR)
+    assert await admitted(node, "k") == {second}
+
+
+async def test_released_and_expired_unstarted_work_is_admitted_again(
+    node: Node, clock: FakeClock
+) -> None:
+    [first, second] = await submit(node, 2, concurrency_key="k")
+    [lease] = await claim(node)
+    assert await node.workers.release([lease.ref]) == [True]
+    assert await admitted(node, "k") == {first}  # back at the head of its key
+    [lease] = await claim(node)
+    clock.advance(timedelta(minutes=10))
+    assert await node.workers.expire_leases() == 1
+    assert await admitted(node, "k") == {first}
+    assert second not in await admitted(node, "k")
+
+
+async def test_a_retry_waits_outside_and_its_key_admits_the_next(
+    node: Node, clock: FakeClock
+) -> None:
+    [first, second] = await submit(node, 2, concurrency_key="k")
+    [lease] = await claim(node)
+    await node.workers.start(lease.ref)
+    await node.workers.fail(lease.ref, {"code": "boom", "message": "x"}, retryable=True)
+    assert (await node.tasks.get(SCOPE, first)).state == "scheduled"
+    assert await admitted(node, "k") == {second}
+    clock.advance(timedelta(hours=1))
+    assert await node.workers.promote_due() == 1
+    # Due again, but its run time now comes after the other's: still one row for one permit.
+    assert await admitted(node, "k") == {second}
+    [lease] = await claim(node)
+    await node.workers.start(lease.ref)
+    await node.workers.complete(lease.ref, None)
+    assert await admitted(node, "k") == {first}
+
+
+@pytest.mark.covers("queue_pending_keys")
+async def test_raising_and_lowering_key_concurrency_readmits_waiting_keys(node: Node) -> None:
+    await submit(node, 5, concurrency_key="a")
+    await submit(node, 5, concurrency_key="b")
+    await node.queues.update(SCOPE, "emails", QueueSettings(key_concurrency=3), actor=ACTOR)
+    assert len(await admitted(node, "a")) == len(await admitted(node, "b")) == 3
+    assert len(await claim(node)) == 6
+    await node.queues.update(SCOPE, "emails", QueueSettings(key_concurrency=2), actor=ACTOR)
+    assert await admitted(node, "a") == await admitted(node, "b") == set()
+    assert await claim(node) == []
+
+
+@pytest.mark.covers("gate_pending_keys")
+async def test_a_closed_gate_does_not_hold_up_the_rest_of_its_key(node: Node) -> None:
+    gate = await node.gates.create(SCOPE)
+    [gated] = await submit(node, 1, concurrency_key="k", gate_id=gate)
+    [free] = await submit(node, 1, concurrency_key="k")
+    assert await admitted(node, "k") == {gated}
+    await node.gates.set_open(SCOPE, gate, open_=False)
+    assert await admitted(node, "k") == {free}
+    await node.gates.set_open(SCOPE, gate, open_=True)
+    assert await admitted(node, "k") == {gated}  # first in claim order again
+    [lease] = await claim(node)
+    assert lease.task.id == gated
+    assert await node.workers.start(lease.ref) is StartVerdict.STARTED
+
+
+async def test_rows_pinned_to_another_version_do_not_fill_the_claim(node: Node) -> None:
+    await submit(node, DEEP_SCAN + 500, handler_version="v1")
+    [pinned] = await submit(node, 1, handler_version="v2")
+    [any_version] = await submit(node, 1)
+    leases = await claim(node, versions=("v2",))
+    assert {lease.task.id for lease in leases} == {pinned, any_version}
+
+
+@pytest.mark.covers("key_permits_prune")
+async def test_permit_rows_of_idle_keys_are_pruned_and_come_back_when_needed(
+    node: Node, clock: FakeClock
+) -> None:
+    await submit(node, 1, concurrency_key="old")
+    [lease] = await claim(node)
+    await node.workers.start(lease.ref)
+    await node.workers.complete(lease.ref, None)
+    clock.advance(timedelta(days=8))
+    await node.tasks.prune_finished(7 * 86_400_000)
+
+    async def permits(tx: Tx) -> int:
+        return await store.key_permit_active(tx, SCOPE, "emails", "old")
+
+    async def exists(tx: Tx) -> bool:
+        return await tx.fetch_one(
+            "key_permit_get",
+            {"tenant": SCOPE.tenant, "environment": SCOPE.environment, "queue": "emails",
+             "concurrency_key": "old"},
+        ) is not None  # fmt: skip
+
+    assert not await node.db.read(exists)
+    await submit(node, 2, concurrency_key="old")
+    assert len(await claim(node)) == 1  # the recreated row still allows one at a time
+    assert await node.db.read(permits) == 1
