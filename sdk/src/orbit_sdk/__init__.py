@@ -1,7 +1,9 @@
 """Orbit Python SDK: clients for Orbit's HTTP API.
 
-``Client`` and ``AsyncClient`` talk to an Orbit server; every failure is an ``OrbitError``
-subclass mapped from Orbit's stable error codes. The clients never retry on their own.
+``Client`` and ``AsyncClient`` talk to an Orbit server: submit, read, wait for, cancel, retry
+and resolve tasks, and manage queues, with typed answers (``Task``, ``Attempt``, ``Queue``,
+``TaskPage``). Every failure is an ``OrbitError`` subclass mapped from Orbit's stable error
+codes. The clients never retry on their own.
 """
 
 from orbit_sdk._client import AsyncClient, Client
@@ -22,11 +24,22 @@ from orbit_sdk._errors import (
     UnavailableError,
 )
 from orbit_sdk._health import Readiness
+from orbit_sdk._models import (
+    Attempt,
+    Queue,
+    RetryPolicy,
+    Task,
+    TaskError,
+    TaskOwner,
+    TaskPage,
+    TaskRequest,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AsyncClient",
+    "Attempt",
     "AuthenticationError",
     "Client",
     "ClientConfig",
@@ -37,10 +50,17 @@ __all__ = [
     "OrbitError",
     "PermissionDeniedError",
     "ProtocolError",
+    "Queue",
     "QueueFullError",
     "RateLimitedError",
     "Readiness",
+    "RetryPolicy",
     "StateConflictError",
+    "Task",
+    "TaskError",
+    "TaskOwner",
+    "TaskPage",
+    "TaskRequest",
     "TransientError",
     "TransportError",
     "UnavailableError",

@@ -1,5 +1,7 @@
 """``Client`` and ``AsyncClient``: Orbit's HTTP API over httpx2.
 
+The typed task and queue methods come from ``_tasks``; this module sends what they describe.
+
 Neither client retries anything on its own. Every failure surfaces once, as an
 :class:`~orbit_sdk.OrbitError` carrying ``retryable`` (and ``retry_after`` for transient
 errors), so the caller decides whether, when and how often to try again.
@@ -7,10 +9,10 @@ errors), so the caller decides whether, when and how often to try again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self, TypeAlias
+from typing import Any, Self, TypeAlias, TypeVar
 
 import httpx2
 import msgspec
@@ -25,8 +27,12 @@ from orbit_sdk._errors import (
     error_from_http,
 )
 from orbit_sdk._health import Readiness, health_from_http, readiness_from_http
+from orbit_sdk._models import Operation
+from orbit_sdk._tasks import AsyncTaskCalls, TaskCalls
 
 __all__ = ["AsyncClient", "Client", "QueryParams"]
+
+T = TypeVar("T")
 
 QueryScalar: TypeAlias = str | int | float | bool | None
 QueryParams: TypeAlias = Mapping[str, QueryScalar | Sequence[QueryScalar]]
@@ -51,13 +57,27 @@ def _prepare(
     json: Any,
     params: QueryParams | None,
     timeout: float | None,
+    headers: Mapping[str, str] | None = None,
 ) -> _Call:
     # The bearer key must only ever go to the configured server: no absolute URLs here.
     if not path.startswith("/") or path.startswith("//"):
         raise ValueError(f"path must start with a single '/', like '/v1/tasks': {path!r}")
     content = None if json is None else msgspec.json.encode(json)
-    headers = {} if content is None else {"Content-Type": "application/json"}
-    return _Call(method.upper(), path, content, headers, _query(params), timeout)
+    call_headers = dict(headers or {})
+    if content is not None:
+        call_headers["Content-Type"] = "application/json"
+    return _Call(method.upper(), path, content, call_headers, _query(params), timeout)
+
+
+def _prepare_operation(operation: Operation[Any]) -> _Call:
+    return _prepare(
+        operation.method,
+        operation.path,
+        operation.json,
+        operation.params,
+        operation.timeout,
+        operation.headers,
+    )
 
 
 def _query(params: QueryParams | None) -> httpx2.QueryParams | None:
@@ -101,6 +121,18 @@ def _result(response: httpx2.Response) -> Any:
         ) from exc
 
 
+def _typed_result(response: httpx2.Response, read: Callable[[bytes], T]) -> T:
+    if not response.is_success:
+        raise error_from_http(response.status_code, response.headers, response.content)
+    try:
+        return read(response.content)
+    except msgspec.DecodeError as exc:  # also a body of the wrong shape (ValidationError)
+        description = describe_unexpected(response.status_code, response.headers, response.content)
+        raise OrbitError(
+            f"{description}: {exc}", code=UNEXPECTED_RESPONSE, status=response.status_code
+        ) from exc
+
+
 def _failure(call: _Call, config: ClientConfig, exc: httpx2.RequestError) -> OrbitError:
     detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     message = f"{call.method} {config.url}{call.path} failed: {detail}"
@@ -110,7 +142,7 @@ def _failure(call: _Call, config: ClientConfig, exc: httpx2.RequestError) -> Orb
     return OrbitError(message, code=UNEXPECTED_RESPONSE)
 
 
-class Client:
+class Client(TaskCalls):
     """Synchronous client for Orbit's HTTP API.
 
     ``url`` and ``api_key`` default to ``ORBIT_URL`` and ``ORBIT_API_KEY``; explicit arguments
@@ -120,6 +152,10 @@ class Client:
 
     Use it as a context manager or call :meth:`close`. It never retries: failures raise an
     :class:`~orbit_sdk.OrbitError` whose ``retryable`` tells the caller whether to try again.
+
+    Tasks: :meth:`submit`, :meth:`submit_many`, :meth:`get_task`, :meth:`wait_for_task`,
+    :meth:`list_tasks`, :meth:`iter_tasks`, :meth:`task_attempts`, :meth:`cancel_task`,
+    :meth:`retry_task`, :meth:`resolve_task`. Queues: :meth:`list_queues`, :meth:`update_queue`.
     """
 
     def __init__(
@@ -221,6 +257,9 @@ class Client:
         """
         return _result(self._send(_prepare(method, path, json, params, timeout)))
 
+    def _run(self, operation: Operation[T]) -> T:
+        return _typed_result(self._send(_prepare_operation(operation)), operation.read)
+
     def _send(self, call: _Call) -> httpx2.Response:
         try:
             return self._http.request(
@@ -235,7 +274,7 @@ class Client:
             raise _failure(call, self._config, exc) from exc
 
 
-class AsyncClient:
+class AsyncClient(AsyncTaskCalls):
     """Asynchronous client for Orbit's HTTP API; the same calls as :class:`Client`, awaited.
 
     ``transport`` takes an ``httpx2.AsyncBaseTransport`` (``httpx2.MockTransport``,
@@ -331,6 +370,9 @@ class AsyncClient:
     ) -> Any:
         """Send one request and return the decoded JSON body; see :meth:`Client.request`."""
         return _result(await self._send(_prepare(method, path, json, params, timeout)))
+
+    async def _run(self, operation: Operation[T]) -> T:
+        return _typed_result(await self._send(_prepare_operation(operation)), operation.read)
 
     async def _send(self, call: _Call) -> httpx2.Response:
         try:

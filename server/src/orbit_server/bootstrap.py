@@ -8,11 +8,13 @@ from orbit_server.api.app import OrbitApp
 from orbit_server.audit import AuditWriter
 from orbit_server.clock import Clock, SystemClock
 from orbit_server.config import ServerRole, Settings
+from orbit_server.gateway.endpoint import Gateway
 from orbit_server.governance.service import AuditService, KeyService
 from orbit_server.observability.metrics import Metrics
 from orbit_server.pulse.gates import GateService
 from orbit_server.pulse.loops import recovery_loop, retention_loop
 from orbit_server.pulse.service import QueueService, TaskService
+from orbit_server.pulse.sessions import SessionService
 from orbit_server.pulse.watch import TaskWatch
 from orbit_server.pulse.worker import WorkerService
 from orbit_server.runtime.health import ReadinessProbe
@@ -67,14 +69,13 @@ async def build_node(
     workers = WorkerService(db, clock, watch, lease_ms=settings.lease_ms)
     supervisor.register(ServerRole.RECOVERY, "lease-recovery", lambda: recovery_loop(workers))
     tasks = TaskService(db, clock, audit_writer, watch, default_timeout_ms=settings.task_timeout_ms)
+    sessions = SessionService(
+        db, clock, node=settings.node_id, seen_window_ms=3 * settings.heartbeat_ms
+    )
     supervisor.register(
         ServerRole.RECOVERY,
         "retention",
-        lambda: retention_loop(
-            lambda: tasks.prune_finished(
-                settings.result_retention_ms, idempotency_ms=settings.idempotency_retention_ms
-            )
-        ),
+        lambda: retention_loop(lambda: prune_history(tasks, sessions, settings)),
     )
     return Node(
         settings=settings,
@@ -91,9 +92,21 @@ async def build_node(
         queues=QueueService(db, clock, audit_writer),
         workers=workers,
         gates=GateService(db, clock),
+        sessions=sessions,
+        watch=watch,
         submit_limiter=RateLimiter(settings.submit_rate_per_key, settings.submit_burst_per_key),
     )
 
 
+async def prune_history(tasks: TaskService, sessions: SessionService, settings: Settings) -> int:
+    """One retention pass: finished tasks, then closed worker sessions."""
+    removed = await tasks.prune_finished(
+        settings.result_retention_ms, idempotency_ms=settings.idempotency_retention_ms
+    )
+    return removed + await sessions.prune(settings.result_retention_ms)
+
+
 def build_app(node: Node) -> OrbitApp:
-    return OrbitApp(node)
+    """The ASGI app; with the gateway role, ``/v1/worker`` serves workers."""
+    gateway = Gateway(node) if node.settings.has_role(ServerRole.GATEWAY) else None
+    return OrbitApp(node, worker_endpoint=gateway)

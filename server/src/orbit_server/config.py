@@ -69,6 +69,9 @@ class Settings:
     max_body_bytes: int = _setting(
         8 * 1024 * 1024, "Largest HTTP request body accepted (checked before parsing)", minimum=1024
     )
+    ws_max_frame_bytes: int = _setting(
+        16 * 1024 * 1024, "Largest WebSocket frame a worker may send", minimum=1024
+    )
     submit_rate_per_key: int = _setting(
         0, "Tasks per second one API key may submit on one node (0: no limit)", minimum=0
     )

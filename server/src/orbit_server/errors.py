@@ -225,3 +225,16 @@ ERROR_TYPES: tuple[type[OrbitError], ...] = (
     InternalError,
 )
 """One class per stable code, as documented in docs/reference/errors.md."""
+
+
+def error_body(error: OrbitError, request_id: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "code": error.code,
+        "category": str(error.category),
+        "message": error.message,
+        "retryable": error.retryable,
+        "request_id": request_id,
+    }
+    if error.details:
+        body["details"] = error.details
+    return {"error": body}

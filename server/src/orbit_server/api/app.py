@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from litestar import Litestar
 from litestar.di import Provide
@@ -67,11 +67,25 @@ def build_litestar(settings: Settings, provide_node: Callable[[], Awaitable[Node
     )
 
 
+class WorkerEndpoint(Protocol):
+    """The WebSocket endpoint of workers (``/v1/worker``), served beside the HTTP API."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def drain(self) -> None: ...
+
+
+WORKER_PATH = "/v1/worker"
+
+
 class OrbitApp:
     """The ASGI callable served by uvicorn, with the Litestar app reachable for tooling."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, *, worker_endpoint: WorkerEndpoint | None = None) -> None:
         self.node = node
+        self.worker_endpoint = worker_endpoint
 
         async def provide_node() -> Node:
             return node
@@ -82,6 +96,10 @@ class OrbitApp:
         )
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        endpoint = self.worker_endpoint
+        if endpoint is not None and scope["type"] == "websocket" and scope["path"] == WORKER_PATH:
+            await endpoint(scope, receive, send)
+            return
         await self._asgi(scope, receive, send)
 
 

@@ -20,6 +20,7 @@ from litestar.exceptions import (
 
 from orbit_server import errors
 from orbit_server.api.context import current_request_id, error_code_var
+from orbit_server.errors import error_body
 
 log = structlog.get_logger("orbit.api")
 
@@ -35,19 +36,6 @@ _BY_STATUS: dict[int, type[errors.OrbitError]] = {
     429: errors.RateLimited,
     503: errors.Unavailable,
 }
-
-
-def error_body(error: errors.OrbitError, request_id: str | None) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "code": error.code,
-        "category": str(error.category),
-        "message": error.message,
-        "retryable": error.retryable,
-        "request_id": request_id,
-    }
-    if error.details:
-        body["details"] = error.details
-    return {"error": body}
 
 
 def error_headers(error: errors.OrbitError) -> dict[str, str]:

@@ -211,7 +211,7 @@ class Queue(msgspec.Struct):
     workers: int
 
     @classmethod
-    def of(cls, view: QueueView, now: datetime) -> Queue:
+    def of(cls, view: QueueView, now: datetime, workers: int = 0) -> Queue:
         queue = view.queue
         oldest = view.oldest_ready_at
         return cls(
@@ -236,7 +236,7 @@ class Queue(msgspec.Struct):
             oldest_pending_age_ms=None
             if oldest is None
             else max(0, int((now - oldest).total_seconds() * 1000)),
-            workers=0,  # workers connect with the worker gateway
+            workers=workers,
         )
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import structlog
 import uvicorn
 
+from orbit_server.api.app import OrbitApp
 from orbit_server.audit import Actor
 from orbit_server.bootstrap import SchemaNotCurrent, build_app, build_node, database_for
 from orbit_server.cli.admin import report_error
@@ -82,9 +83,16 @@ class _Server(uvicorn.Server):
     """uvicorn re-raises a captured SIGTERM after serving, killing the process before the node
     drains; Orbit handles the signals itself and exits 0 after a clean shutdown."""
 
-    def __init__(self, config: uvicorn.Config) -> None:
+    def __init__(self, config: uvicorn.Config, app: OrbitApp) -> None:
         super().__init__(config)
         self.listening = asyncio.Event()
+        self._app = app
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # Workers hear of the drain and finish their work before uvicorn closes connections.
+        if self._app.worker_endpoint is not None and not self.force_exit:
+            await self._app.worker_endpoint.drain()
+        await super().shutdown(sockets=sockets)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -133,8 +141,9 @@ async def serve(node: Node, *, announce_key: str | None = None) -> int:
         await node.stop()
         where = f"{settings.host}:{settings.port}"
         return report_error(f"cannot listen on {where}: {exc.strerror or exc}")
+    app = build_app(node)
     config = uvicorn.Config(
-        build_app(node),
+        app,
         loop="none",
         http="httptools",
         ws="websockets-sansio",
@@ -143,8 +152,11 @@ async def serve(node: Node, *, announce_key: str | None = None) -> int:
         access_log=False,
         server_header=False,
         timeout_graceful_shutdown=max(1, settings.drain_grace_ms // 1000),
+        ws_max_size=settings.ws_max_frame_bytes,
+        ws_ping_interval=20.0,
+        ws_ping_timeout=20.0,
     )
-    server = _Server(config)
+    server = _Server(config, app)
     loop = asyncio.get_running_loop()
 
     def on_signal() -> None:
@@ -154,6 +166,8 @@ async def serve(node: Node, *, announce_key: str | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal)
     await node.start()
+    if app.worker_endpoint is not None:
+        await app.worker_endpoint.start()
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         listening = asyncio.create_task(server.listening.wait())

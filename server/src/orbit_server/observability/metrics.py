@@ -46,5 +46,30 @@ class Metrics:
             "orbit_role_enabled", "1 for each server role this instance runs", ["role"], registry=r
         )
 
+        fast = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+        self.claim_seconds = Histogram(
+            "orbit_dispatch_claim_seconds",
+            "Time of one claim transaction that leased work for a worker connection",
+            buckets=fast,
+            registry=r,
+        )
+        self.schedule_latency = Histogram(
+            "orbit_dispatch_latency_seconds",
+            "From the moment a task became due (submit or run time) to its delivery to a worker; "
+            "includes discovery across nodes",
+            buckets=(*fast, 10, 30, 60),
+            registry=r,
+        )
+        self.tasks_delivered = Counter(
+            "orbit_tasks_delivered_total", "Task attempts sent to workers", registry=r
+        )
+        self.worker_connections = Gauge(
+            "orbit_worker_connections", "Worker connections open on this node", registry=r
+        )
+        self.worker_frames = Counter(
+            "orbit_worker_frames_total", "Frames received from workers, by type", ["type"],
+            registry=r,
+        )  # fmt: skip
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

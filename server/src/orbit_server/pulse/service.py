@@ -93,6 +93,8 @@ class TaskService:
             return await self._submit_unit(tx, scope, tasks, now)
 
         submitted = await self._db.run(unit)
+        for queue in {item.task.queue for item in submitted if item.created}:
+            self._watch.notify_queue(scope, queue)
         for item in submitted:
             if item.created:
                 self._watch.notify(item.task.id)
@@ -358,6 +360,7 @@ class TaskService:
 
         task = await self._db.run(unit)
         self._watch.notify(task.id)
+        self._watch.notify_queue(scope, task.queue)
         return task
 
     async def resolve(

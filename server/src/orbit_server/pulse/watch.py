@@ -1,7 +1,8 @@
-"""Local wake-ups for callers waiting on a task (``GET /v1/tasks/{id}?wait_ms=``).
+"""Local wake-ups: for callers waiting on a task (``GET /v1/tasks/{id}?wait_ms=``) and for the
+dispatch loops waiting for claimable work in a queue.
 
-Only a shortcut: a missed or remote change is still seen by the waiter's periodic re-read.
-Memory is bounded by the number of waiting requests.
+Only a shortcut: a missed or remote change is still seen by the waiter's periodic re-read (the
+dispatch loop's bounded poll). Memory is bounded by the number of waiters.
 """
 
 from __future__ import annotations
@@ -10,11 +11,14 @@ import asyncio
 import contextlib
 from collections.abc import Iterator
 
+from orbit_server.scope import Scope
+
 
 class TaskWatch:
     def __init__(self, poll_s: float = 0.25) -> None:
         self.poll_s = poll_s
         self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._queues: dict[tuple[Scope, str], asyncio.Event] = {}
 
     @contextlib.contextmanager
     def watching(self, task_id: str) -> Iterator[asyncio.Event]:
@@ -42,3 +46,16 @@ class TaskWatch:
     @property
     def waiting(self) -> int:
         return sum(len(w) for w in self._waiters.values())
+
+    def queue_event(self, scope: Scope, queue: str) -> asyncio.Event:
+        """The event set when work may have become claimable in a queue (one per queue; the
+        dispatch loop of the queue owns it and forgets it with ``forget_queue``)."""
+        return self._queues.setdefault((scope, queue), asyncio.Event())
+
+    def forget_queue(self, scope: Scope, queue: str) -> None:
+        self._queues.pop((scope, queue), None)
+
+    def notify_queue(self, scope: Scope, queue: str) -> None:
+        event = self._queues.get((scope, queue))
+        if event is not None:
+            event.set()

@@ -128,6 +128,14 @@ class WorkerService:
 
     # -- claim --------------------------------------------------------------------------------
 
+    async def has_ready(self, scope: Scope, queue: str) -> bool:
+        """Whether the queue may have claimable work: the dispatch loop's cheap poll."""
+
+        async def unit(tx: Tx) -> bool:
+            return await lstore.ready_exists(tx, scope, queue)
+
+        return await self._db.read(unit)
+
     async def claim(
         self, scope: Scope, session: Session, wants: Sequence[Want], *, limit: int
     ) -> list[Lease]:
@@ -511,9 +519,12 @@ class WorkerService:
         """One bounded pass over leases that ended: unstarted work returns to pending, started
         idempotent work retries (or fails), started unsafe work goes to needs_review (P4)."""
 
+        queues: set[tuple[Scope, str]] = set()
+
         async def unit(tx: Tx) -> list[str]:
             now = self._clock.now()
             handled = []
+            queues.clear()
             for task_id, scope in await lstore.leases_expired(tx, now, limit=limit):
                 task = await store.task_get(tx, scope, task_id, lock=True)
                 if task is None or task.lease_expires_at is None or task.lease_expires_at > now:
@@ -540,19 +551,26 @@ class WorkerService:
                 else:
                     continue
                 handled.append(task_id)
+                queues.add((scope, task.queue))
             return handled
 
         handled = await self._db.run(unit)
         for task_id in handled:
             self._watch.notify(task_id)
+        for scope, queue in queues:
+            self._watch.notify_queue(scope, queue)
         return len(handled)
 
     async def promote_due(self, *, limit: int = 500) -> int:
         """Move scheduled tasks whose time has come into the claim range."""
 
+        queues: set[tuple[Scope, str]] = set()
+
         async def unit(tx: Tx) -> int:
             now = self._clock.now()
             due = await lstore.scheduled_due(tx, now, limit=limit)
+            queues.clear()
+            queues.update((t.scope, t.queue) for t in due)
             if not due:
                 return 0
             await lstore.tasks_set_pending_many(tx, [t.id for t in due], now)
@@ -566,4 +584,7 @@ class WorkerService:
                 await admit_key(tx, scope, queue, key, now)
             return len(due)
 
-        return await self._db.run(unit)
+        promoted = await self._db.run(unit)
+        for scope, queue in queues:
+            self._watch.notify_queue(scope, queue)
+        return promoted

@@ -11,6 +11,8 @@ from orbit_server.governance.service import AuditService, KeyService
 from orbit_server.observability.metrics import Metrics
 from orbit_server.pulse.gates import GateService
 from orbit_server.pulse.service import QueueService, TaskService
+from orbit_server.pulse.sessions import SessionService
+from orbit_server.pulse.watch import TaskWatch
 from orbit_server.pulse.worker import WorkerService
 from orbit_server.runtime.health import ReadinessProbe
 from orbit_server.runtime.ratelimit import RateLimiter
@@ -34,6 +36,8 @@ class Node:
     queues: QueueService
     workers: WorkerService
     gates: GateService
+    sessions: SessionService
+    watch: TaskWatch
     submit_limiter: RateLimiter
 
     async def start(self) -> None:

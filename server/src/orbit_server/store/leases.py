@@ -228,6 +228,11 @@ async def gate_pending_keys(tx: Tx, gate_id: str) -> list[tuple[Scope, str, str]
     )
 
 
+async def ready_exists(tx: Tx, scope: Scope, queue: str) -> bool:
+    """Whether a queue has any row in the claim range (one index seek, no locks)."""
+    return await tx.fetch_one("ready_exists", {**_scope(scope), "queue": queue}) is not None
+
+
 async def queue_pending_keys(tx: Tx, scope: Scope, queue: str) -> list[str]:
     """Every concurrency key with pending tasks in a queue, in key order."""
     rows = await tx.fetch_all("queue_pending_keys", {**_scope(scope), "queue": queue})

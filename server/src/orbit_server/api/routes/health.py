@@ -6,9 +6,8 @@ from litestar import Response, get, head
 
 from orbit_server.api.context import current_request_id
 from orbit_server.api.deps import NodeDep
-from orbit_server.api.errors import error_body
 from orbit_server.api.wire import Health, ReadinessBody
-from orbit_server.errors import Unavailable
+from orbit_server.errors import Unavailable, error_body
 from orbit_server.observability.metrics import CONTENT_TYPE
 
 

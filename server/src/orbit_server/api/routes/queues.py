@@ -27,9 +27,10 @@ async def list_queues(
     principal.require(Role.SUBMITTER, Role.OPERATOR, Role.ADMIN)
     size = page_limit(limit)
     views = await node.queues.list_queues(principal.scope, limit=size, after=decode_cursor(cursor))
+    workers = await node.sessions.workers_per_queue(principal.scope)
     now = node.clock.now()
     return QueueList(
-        items=[Queue.of(v, now) for v in views],
+        items=[Queue.of(v, now, workers.get(v.queue.name, 0)) for v in views],
         next_cursor=next_cursor([v.queue.name for v in views], size),
     )
 
@@ -50,4 +51,5 @@ async def update_queue(
         clear_max_pending=data.max_pending is None,
     )
     view = await node.queues.update(principal.scope, name, change, actor=actor_of(principal))
-    return Queue.of(view, node.clock.now())
+    workers = await node.sessions.workers_per_queue(principal.scope)
+    return Queue.of(view, node.clock.now(), workers.get(name, 0))

@@ -103,3 +103,7 @@ SELECT DISTINCT concurrency_key FROM tasks
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue
    AND concurrency_key IS NOT NULL AND state = 'pending'
  ORDER BY concurrency_key
+
+-- name: ready_exists
+SELECT task_id FROM task_ready
+ WHERE tenant = :tenant AND environment = :environment AND queue = :queue LIMIT 1

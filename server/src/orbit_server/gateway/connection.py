@@ -1,0 +1,277 @@
+"""One worker connection after its handshake: credits, the attempts it holds, a bounded send
+buffer, and the answers to its requests (docs/protocol.md). Requests are answered in order by
+one task per connection; credits are applied as they arrive."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import msgspec
+import structlog
+
+from orbit_server.clock import Clock, to_rfc3339
+from orbit_server.errors import Unavailable
+from orbit_server.gateway import protocol as p
+from orbit_server.gateway.dispatch import Dispatcher
+from orbit_server.observability.metrics import Metrics
+from orbit_server.pulse.worker import (
+    Lease,
+    LeaseRef,
+    Outcome,
+    RenewVerdict,
+    Session,
+    StartVerdict,
+    Want,
+    WorkerService,
+)
+from orbit_server.scope import Scope
+
+log = structlog.get_logger("orbit.gateway")
+
+SEND_BUFFER_FRAMES = 256  # frames waiting to be written; a worker that lets it fill is cut off
+REQUEST_BUFFER = 64  # requests read ahead of the one being answered
+RETRY_AFTER_MS = 1000
+
+_START = {
+    StartVerdict.STARTED: "started",
+    StartVerdict.DENIED_GATE: "denied",
+    StartVerdict.STALE: "stale",
+}
+
+
+class SlowConsumer(Exception):
+    """The connection's send buffer is full."""
+
+
+class Connection:
+    def __init__(
+        self,
+        *,
+        session: Session,
+        scope: Scope,
+        handlers: list[p.Handler],
+        capacity: int,
+        workers: WorkerService,
+        dispatcher: Dispatcher,
+        clock: Clock,
+        metrics: Metrics,
+        send_text: Callable[[str], Awaitable[None]],
+    ) -> None:
+        self.session = session
+        self.scope = scope
+        self.credits = capacity
+        self.draining = False
+        self._handlers = handlers
+        self._workers = workers
+        self._dispatcher = dispatcher
+        self._clock = clock
+        self._metrics = metrics
+        self._send_text = send_text
+        self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue(SEND_BUFFER_FRAMES)
+        self._requests: asyncio.Queue[p.WorkerFrame | None] = asyncio.Queue(REQUEST_BUFFER)
+        self.held: dict[tuple[str, int], str] = {}  # (task id, attempt) → queue
+        self.closed = asyncio.Event()
+
+    # -- what the dispatcher uses -------------------------------------------------------------
+
+    def queues(self) -> Sequence[str]:
+        return sorted({h.queue for h in self._handlers})
+
+    def wants(self, queue: str, free: int) -> list[Want]:
+        return [
+            Want(queue=h.queue, type=h.type, free=free, versions=tuple(h.versions))
+            for h in self._handlers
+            if h.queue == queue
+        ]
+
+    def deliver(self, leases: list[Lease]) -> bool:
+        if self.closed.is_set():
+            return False
+        now = self._clock.now()
+        for lease in leases:
+            self.held[(lease.ref.task_id, lease.ref.attempt)] = lease.task.queue
+            due = max(lease.task.created_at, lease.task.run_at)
+            self._metrics.schedule_latency.observe(max(0.0, (now - due).total_seconds()))
+        self._metrics.tasks_delivered.inc(len(leases))
+        items = [
+            p.Delivery(
+                task_id=lease.ref.task_id,
+                attempt=lease.ref.attempt,
+                lease_token=lease.ref.lease_token,
+                lease_expires_at=to_rfc3339(lease.expires_at) or "",
+                queue=lease.task.queue,
+                type=lease.task.type,
+                params=lease.task.params,
+                handler_version=lease.task.handler_version,
+                side_effect=lease.task.side_effect,  # type: ignore[arg-type]
+                timeout_ms=lease.task.timeout_ms,
+                attempts=lease.task.attempts,
+                max_attempts=lease.task.max_attempts,
+                labels=dict(lease.task.labels),
+                traceparent=lease.task.traceparent,
+            )
+            for lease in leases
+        ]
+        try:
+            self.send(p.Tasks(items=items))
+        except SlowConsumer:
+            return True  # the leases are held by this session and run out if it is gone
+        return True
+
+    # -- sending ------------------------------------------------------------------------------
+
+    def send(self, frame: p.Frame) -> None:
+        """Queue a frame; a full buffer means the worker does not read: cut it off."""
+        if self.closed.is_set():
+            return
+        try:
+            self._outbox.put_nowait(p.encode(frame))
+        except asyncio.QueueFull:
+            log.warning("worker too slow: send buffer full", session=self.session.session_id)
+            self.closed.set()
+            raise SlowConsumer() from None
+
+    async def writer(self) -> None:
+        """Write queued frames in order until the connection ends."""
+        while True:
+            data = await self._outbox.get()
+            if data is None:
+                return
+            await self._send_text(data.decode())
+
+    def stop_writer(self) -> None:
+        with contextlib.suppress(asyncio.QueueFull):
+            self._outbox.put_nowait(None)
+
+    # -- receiving ----------------------------------------------------------------------------
+
+    async def accept(self, frame: p.WorkerFrame) -> None:
+        """Handle one decoded frame: credits at once, requests in order."""
+        self._metrics.worker_frames.labels(type(frame).__struct_config__.tag).inc()
+        if isinstance(frame, p.Credit):
+            self.credits += frame.n
+            for queue in self.queues():
+                self._dispatcher.wake(self.scope, queue)
+            return
+        if isinstance(frame, p.Hello):
+            raise ProtocolViolation("hello was already received")
+        await self._requests.put(frame)
+
+    def end_requests(self) -> None:
+        with contextlib.suppress(asyncio.QueueFull):
+            self._requests.put_nowait(None)
+
+    async def answer_requests(self) -> None:
+        while True:
+            frame = await self._requests.get()
+            if frame is None:
+                return
+            request_id = getattr(frame, "id", None)
+            try:
+                answer = await self._answer(frame)
+            except Unavailable as exc:
+                answer = p.Error(
+                    code="unavailable", message=exc.message, re=request_id,
+                    retry_after_ms=RETRY_AFTER_MS,
+                )  # fmt: skip
+            if answer is not None:
+                self.send(answer)
+
+    async def _answer(self, frame: p.WorkerFrame) -> p.Frame | None:
+        if isinstance(frame, p.Start):
+            return await self._start(frame)
+        if isinstance(frame, p.Heartbeat):
+            return await self._heartbeat(frame)
+        if isinstance(frame, p.Result):
+            return await self._result(frame)
+        if isinstance(frame, p.Release):
+            return await self._release(frame)
+        raise ProtocolViolation(f"unexpected frame {type(frame).__name__}")
+
+    async def _start(self, frame: p.Start) -> p.Frame:
+        answers = []
+        for item in frame.items:
+            ref = _ref(item)
+            verdict = await self._workers.start(ref)
+            if verdict is not StartVerdict.STARTED:
+                self._settle(ref)
+            answers.append(p.StartAnswer(task_id=ref.task_id, attempt=ref.attempt,
+                                         verdict=_START[verdict]))  # type: ignore[arg-type]  # fmt: skip
+        return p.Started(re=frame.id, items=answers)
+
+    async def _heartbeat(self, frame: p.Heartbeat) -> p.Frame:
+        renewals = await self._workers.renew([_ref(item) for item in frame.items])
+        answers = []
+        for renewal in renewals:
+            if renewal.verdict is RenewVerdict.STALE:
+                self._settle(renewal.ref)
+            answers.append(
+                p.RenewAnswer(
+                    task_id=renewal.ref.task_id,
+                    attempt=renewal.ref.attempt,
+                    verdict=str(renewal.verdict),  # type: ignore[arg-type]
+                    lease_expires_at=to_rfc3339(renewal.expires_at),
+                )
+            )
+        return p.Renewed(re=frame.id, items=answers)
+
+    async def _result(self, frame: p.Result) -> p.Frame:
+        answers = []
+        for item in frame.items:
+            ref = _ref(item)
+            outcome = await self._report(ref, item)
+            self._settle(ref)
+            answers.append(
+                p.AckItem(task_id=ref.task_id, attempt=ref.attempt, verdict=str(outcome))  # type: ignore[arg-type]
+            )
+        return p.Acked(re=frame.id, items=answers)
+
+    async def _report(self, ref: LeaseRef, item: p.ResultItem) -> Outcome:
+        if item.outcome == "succeeded":
+            return await self._workers.complete(ref, item.result)
+        if item.outcome == "cancelled":
+            return await self._workers.report_cancelled(ref)
+        error: dict[str, Any] = (
+            msgspec.structs.asdict(item.error)
+            if item.error is not None
+            else {"code": "failed", "message": "the handler failed", "retryable": True}
+        )
+        error = {k: v for k, v in error.items() if v is not None}
+        return await self._workers.fail(ref, error, retryable=bool(error.get("retryable", True)))
+
+    async def _release(self, frame: p.Release) -> p.Frame:
+        refs = [_ref(item) for item in frame.items]
+        released = await self._workers.release(refs)
+        for ref in refs:
+            self._settle(ref)
+        return p.Released(
+            re=frame.id,
+            items=[
+                p.ReleasedItem(task_id=r.task_id, attempt=r.attempt, released=ok)
+                for r, ok in zip(refs, released, strict=True)
+            ],
+        )
+
+    def _settle(self, ref: LeaseRef) -> None:
+        queue = self.held.pop((ref.task_id, ref.attempt), None)
+        if queue is not None:
+            self._dispatcher.settled(1)
+            if queue:
+                self._dispatcher.wake(self.scope, queue)
+
+    def adopt(self, refs: Sequence[LeaseRef]) -> None:
+        """Attempts continuing from an earlier connection now count as held here."""
+        for ref in refs:
+            self.held[(ref.task_id, ref.attempt)] = ""
+        self._dispatcher.settled(-len(refs))
+
+
+class ProtocolViolation(Exception):
+    """A frame that breaks the protocol: the connection closes with 4400."""
+
+
+def _ref(item: p.Ref | p.ResultItem) -> LeaseRef:
+    return LeaseRef(item.task_id, item.attempt, item.lease_token)

@@ -1,0 +1,178 @@
+"""Dispatch on one node (SPEC D1, D2, D4): one claim loop per active queue, never one per
+connection. A loop claims only for the free credits of the node's own connections, sends after
+the claim commits, wakes at once on a local change (submit, credit, result) and otherwise
+finds work from other nodes with a cheap indexed poll whose interval adapts between
+``POLL_MIN_S`` and ``poll_max_s``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from typing import Protocol
+
+import structlog
+
+from orbit_server.errors import Unavailable
+from orbit_server.observability.metrics import Metrics
+from orbit_server.pulse.watch import TaskWatch
+from orbit_server.pulse.worker import Lease, Session, Want, WorkerService
+from orbit_server.scope import Scope
+
+log = structlog.get_logger("orbit.dispatch")
+
+POLL_MIN_S = 0.01
+QueueKey = tuple[Scope, str]
+
+
+class Receiver(Protocol):
+    """What the dispatcher needs of a connection."""
+
+    session: Session
+    scope: Scope
+    credits: int
+    draining: bool
+
+    def queues(self) -> Sequence[str]: ...
+
+    def wants(self, queue: str, free: int) -> list[Want]: ...
+
+    def deliver(self, leases: list[Lease]) -> bool:
+        """Queue the leases for sending; False when the connection is gone."""
+        ...
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        workers: WorkerService,
+        watch: TaskWatch,
+        metrics: Metrics,
+        *,
+        max_leases: int,
+        poll_max_s: float = 0.2,
+    ) -> None:
+        self._workers = workers
+        self._watch = watch
+        self._metrics = metrics
+        self._max_leases = max_leases
+        self._poll_max_s = poll_max_s
+        self._receivers: dict[QueueKey, list[Receiver]] = {}
+        self._loops: dict[QueueKey, asyncio.Task[None]] = {}
+        self._inflight = 0  # leases of this node's connections not yet reported
+        self._stopped = False
+        self.changed = asyncio.Event()  # set whenever attempts settle or a connection ends
+
+    # -- connections --------------------------------------------------------------------------
+
+    def attach(self, receiver: Receiver) -> None:
+        for queue in receiver.queues():
+            key = (receiver.scope, queue)
+            self._receivers.setdefault(key, []).append(receiver)
+            if key not in self._loops and not self._stopped:
+                self._loops[key] = asyncio.create_task(self._run(key), name=f"dispatch:{queue}")
+            self._watch.notify_queue(*key)
+
+    def detach(self, receiver: Receiver) -> None:
+        for queue in receiver.queues():
+            key = (receiver.scope, queue)
+            found = self._receivers.get(key, [])
+            if receiver in found:
+                found.remove(receiver)
+            if not found:
+                self._receivers.pop(key, None)
+                self._watch.notify_queue(*key)  # the loop sees no receivers and ends
+
+    def wake(self, scope: Scope, queue: str) -> None:
+        self._watch.notify_queue(scope, queue)
+
+    def settled(self, count: int) -> None:
+        """``count`` delivered attempts ended (reported, denied, released or lost); a negative
+        count adds attempts that continue from an earlier connection."""
+        self._inflight = max(0, self._inflight - count)
+        self.changed.set()
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    async def stop(self) -> None:
+        """Stop claiming (drain): the loops end; connections stay until they close."""
+        self._stopped = True
+        loops = list(self._loops.values())
+        for task in loops:
+            task.cancel()
+        for task in loops:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # -- the loop of one queue ----------------------------------------------------------------
+
+    async def _run(self, key: QueueKey) -> None:
+        event = self._watch.queue_event(*key)
+        interval = POLL_MIN_S
+        try:
+            while self._receivers.get(key) and not self._stopped:
+                event.clear()
+                try:
+                    progressed = await self._dispatch(key)
+                except Unavailable as exc:
+                    log.warning("claim skipped: database unavailable", reason=exc.message)
+                    progressed = False
+                    interval = self._poll_max_s
+                if progressed:
+                    interval = POLL_MIN_S
+                    continue
+                try:
+                    async with asyncio.timeout(interval):
+                        await event.wait()
+                    interval = POLL_MIN_S
+                except TimeoutError:
+                    interval = min(interval * 2, self._poll_max_s)
+        except Exception:
+            log.exception("dispatch loop failed", queue=key[1])
+        finally:
+            self._loops.pop(key, None)
+            if key in self._receivers and not self._stopped:  # a receiver came back meanwhile
+                self._loops[key] = asyncio.create_task(self._run(key), name=f"dispatch:{key[1]}")
+            else:
+                self._watch.forget_queue(*key)
+
+    async def _dispatch(self, key: QueueKey) -> bool:
+        """One round over the queue's connections with credits; True if anything was leased."""
+        scope, queue = key
+        ready = [r for r in self._receivers.get(key, []) if r.credits > 0 and not r.draining]
+        if not ready or self._inflight >= self._max_leases:
+            return False
+        if not await self._workers.has_ready(scope, queue):
+            return False
+        progressed = False
+        # Rotate so that the first connection is not always served first.
+        found = self._receivers.get(key, [])
+        if len(found) > 1:
+            found.append(found.pop(0))
+        for receiver in ready:
+            take = min(receiver.credits, self._max_leases - self._inflight)
+            if take <= 0:
+                break
+            receiver.credits -= take  # reserved: other queues' loops see it taken
+            started = time.perf_counter()
+            try:
+                leases = await self._workers.claim(
+                    scope, receiver.session, receiver.wants(queue, take), limit=take
+                )
+            finally:
+                receiver.credits += take
+            receiver.credits -= len(leases)
+            if not leases:
+                continue
+            self._metrics.claim_seconds.observe(time.perf_counter() - started)
+            self._inflight += len(leases)
+            progressed = True
+            if not receiver.deliver(leases):
+                # The connection went away between claim and send: give the work back now
+                # instead of letting the leases run out.
+                self._inflight -= len(leases)
+                await self._workers.release([lease.ref for lease in leases])
+        return progressed

@@ -1,0 +1,292 @@
+"""The worker endpoint ``/v1/worker`` (docs/protocol.md) as a plain ASGI WebSocket handler:
+authentication on the upgrade request (refused before it completes), the handshake with its
+deadline, one :class:`Connection` per worker, and the drain on shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import structlog
+
+from orbit_server.errors import Forbidden, OrbitError, Unavailable, error_body
+from orbit_server.gateway import protocol as p
+from orbit_server.gateway.connection import Connection, ProtocolViolation, SlowConsumer
+from orbit_server.gateway.dispatch import Dispatcher
+from orbit_server.governance.keys import Principal, Role
+from orbit_server.pulse.worker import LeaseRef, Session
+from orbit_server.runtime.node import Node
+
+log = structlog.get_logger("orbit.gateway")
+
+PATH = "/v1/worker"
+
+
+class Rejected(Exception):
+    def __init__(self, code: int, frame: p.Error | None = None) -> None:
+        super().__init__(code)
+        self.code = code
+        self.frame = frame
+
+
+class Gateway:
+    def __init__(self, node: Node) -> None:
+        self._node = node
+        settings = node.settings
+        self.dispatcher = Dispatcher(
+            node.workers, node.watch, node.metrics, max_leases=settings.node_max_leases
+        )
+        self._connections: set[Connection] = set()
+        self._draining = False
+        self._touching: asyncio.Task[None] | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Close sessions a previous run of this node left open; keep this run's alive."""
+        with contextlib.suppress(Unavailable):
+            await self._node.sessions.close_all_of_node()
+        self._touching = asyncio.create_task(self._touch_loop(), name="worker-sessions")
+
+    async def _touch_loop(self) -> None:
+        interval = self._node.settings.heartbeat_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._node.sessions.touch()
+            except Unavailable as exc:
+                log.warning(
+                    "worker sessions not refreshed: database unavailable", reason=exc.message
+                )
+
+    async def drain(self) -> None:
+        """Stop claiming, tell every worker to drain, wait for in-flight work up to the grace
+        period, then close the connections (1001)."""
+        self._draining = True
+        await self.dispatcher.stop()
+        grace_ms = self._node.settings.drain_grace_ms
+        for conn in list(self._connections):
+            conn.draining = True
+            with contextlib.suppress(SlowConsumer):
+                conn.send(p.Drain(grace_ms=grace_ms))
+        deadline = asyncio.get_running_loop().time() + grace_ms / 1000
+        await self._until(lambda: not any(c.held for c in self._connections), deadline)
+        for conn in list(self._connections):
+            conn.closed.set()
+        await self._until(lambda: not self._connections, deadline + 1)
+        if self._touching is not None:
+            self._touching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._touching
+
+    async def _until(self, done: Callable[[], bool], deadline: float) -> None:
+        """Wait until ``done()`` holds (checked at every settled attempt or closed connection)
+        or the loop's clock reaches ``deadline``."""
+        changed = self.dispatcher.changed
+        while not done():
+            changed.clear()
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await changed.wait()
+
+    # -- one connection -----------------------------------------------------------------------
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        message = await receive()
+        if message["type"] != "websocket.connect":
+            return
+        try:
+            principal = await self._admit(scope)
+        except OrbitError as exc:
+            await _refuse(scope, send, exc)
+            return
+        await send({"type": "websocket.accept"})
+        try:
+            await self._serve(principal, receive, send)
+        except Rejected as rejected:
+            if rejected.frame is not None:
+                with contextlib.suppress(Exception):
+                    await send(
+                        {"type": "websocket.send", "text": p.encode(rejected.frame).decode()}
+                    )
+            with contextlib.suppress(Exception):
+                await send({"type": "websocket.close", "code": rejected.code})
+
+    async def _admit(self, scope: dict[str, Any]) -> Principal:
+        if self._draining:
+            raise Unavailable("this node is shutting down; connect to another one")
+        header = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
+        kind, _, token = header.partition(" ")
+        principal = await self._node.keys.authenticate(
+            token.strip() if kind.lower() == "bearer" else None
+        )
+        if Role.WORKER not in principal.roles:
+            raise Forbidden("connecting a worker needs an API key with the worker role")
+        return principal
+
+    async def _read(self, receive: Any) -> p.WorkerFrame | None:
+        message = await receive()
+        if message["type"] == "websocket.disconnect":
+            return None
+        data = message.get("text")
+        if data is None:
+            data = message.get("bytes") or b""
+        try:
+            return p.decode(data)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise Rejected(p.CLOSE_PROTOCOL, _error("invalid_frame", str(exc))) from None
+
+    async def _serve(self, principal: Principal, receive: Any, send: Any) -> None:
+        settings = self._node.settings
+        try:
+            async with asyncio.timeout(settings.handshake_timeout_ms / 1000):
+                hello = await self._read(receive)
+        except TimeoutError:
+            raise Rejected(p.CLOSE_HANDSHAKE_TIMEOUT, _error("handshake_timeout",
+                           "no hello before the handshake deadline")) from None  # fmt: skip
+        if hello is None:
+            return
+        if not isinstance(hello, p.Hello):
+            raise Rejected(
+                p.CLOSE_PROTOCOL, _error("invalid_frame", "the first frame must be hello")
+            )
+        handlers = self._check_hello(principal, hello)
+        try:
+            opened = await self._node.sessions.open(
+                principal.scope, key_id=principal.key_id, worker_id=hello.worker_id,
+                capacity=hello.capacity, handlers=[msgspec.structs.asdict(h) for h in handlers],
+                held=[LeaseRef(r.task_id, r.attempt, r.lease_token) for r in hello.held],
+            )  # fmt: skip
+        except Unavailable as exc:
+            raise Rejected(p.CLOSE_INTERNAL, _error("unavailable", exc.message)) from None
+
+        async def send_text(text: str) -> None:
+            await send({"type": "websocket.send", "text": text})
+
+        conn = Connection(
+            session=Session(opened.session_id, settings.node_id, hello.worker_id),
+            scope=principal.scope, handlers=handlers, capacity=hello.capacity,
+            workers=self._node.workers, dispatcher=self.dispatcher, clock=self._node.clock,
+            metrics=self._node.metrics, send_text=send_text,
+        )  # fmt: skip
+        conn.adopt(opened.continuing)
+        verdicts = [p.HeldVerdict(task_id=r.task_id, attempt=r.attempt, verdict="continue")
+                    for r in opened.continuing]  # fmt: skip
+        verdicts += [p.HeldVerdict(task_id=r.task_id, attempt=r.attempt, verdict="stop")
+                     for r in opened.stopped]  # fmt: skip
+        conn.send(
+            p.Welcome(
+                protocol=p.PROTOCOL_VERSION, session_id=opened.session_id, node=settings.node_id,
+                lease_ms=settings.lease_ms, heartbeat_ms=settings.heartbeat_ms,
+                max_frame_bytes=settings.ws_max_frame_bytes, held=verdicts,
+            )
+        )  # fmt: skip
+        await self._run(conn, receive, send)
+
+    def _check_hello(self, principal: Principal, hello: p.Hello) -> list[p.Handler]:
+        common = set(hello.protocol) & p.SUPPORTED_VERSIONS
+        if not common:
+            raise Rejected(p.CLOSE_VERSION, _error("unsupported_protocol",
+                f"this server speaks protocol {sorted(p.SUPPORTED_VERSIONS)}"))  # fmt: skip
+        for handler in hello.handlers:
+            if not principal.may_use_queue(handler.queue):
+                raise Rejected(p.CLOSE_FORBIDDEN, _error("forbidden",
+                    f"this API key may not use queue {handler.queue}"))  # fmt: skip
+        if hello.capacity > self._node.settings.worker_max_capacity:
+            raise Rejected(p.CLOSE_PROTOCOL, _error("invalid_request",
+                f"capacity exceeds {self._node.settings.worker_max_capacity}"))  # fmt: skip
+        merged: dict[tuple[str, str], set[str] | None] = {}
+        for h in hello.handlers:
+            key = (h.queue, h.type)
+            before = merged.get(key, set())
+            merged[key] = None if before is None or not h.versions else before | set(h.versions)
+        return [
+            p.Handler(queue=q, type=t, versions=sorted(v or ()))
+            for (q, t), v in sorted(merged.items())
+        ]
+
+    async def _run(self, conn: Connection, receive: Any, send: Any) -> None:
+        self._connections.add(conn)
+        self._node.metrics.worker_connections.inc()
+        self.dispatcher.attach(conn)
+        writer = asyncio.create_task(conn.writer())
+        answerer = asyncio.create_task(conn.answer_requests())
+        reader = asyncio.create_task(self._read_loop(conn, receive))
+        closed = asyncio.create_task(conn.closed.wait())
+        close_code: int | None = p.CLOSE_GOING_AWAY
+        try:
+            done, _ = await asyncio.wait(
+                {writer, answerer, reader, closed}, return_when=asyncio.FIRST_COMPLETED
+            )
+            if reader in done:
+                close_code = reader.result()
+            elif answerer in done and answerer.exception() is not None:
+                exc = answerer.exception()
+                close_code = p.CLOSE_TOO_SLOW if isinstance(exc, SlowConsumer) else p.CLOSE_INTERNAL
+                if not isinstance(exc, SlowConsumer):
+                    log.error("worker request failed", exc_info=exc)
+            elif closed in done and not conn.draining:
+                close_code = p.CLOSE_TOO_SLOW
+        finally:
+            conn.closed.set()
+            self.dispatcher.detach(conn)
+            self.dispatcher.settled(len(conn.held))
+            conn.end_requests()
+            conn.stop_writer()
+            for task in (reader, answerer, closed):
+                task.cancel()
+            with contextlib.suppress(asyncio.TimeoutError, Exception):
+                async with asyncio.timeout(1):
+                    await writer  # flush what is queued (answers, drain notice)
+            writer.cancel()
+            if close_code is not None:
+                with contextlib.suppress(Exception):
+                    await send({"type": "websocket.close", "code": close_code})
+            self._connections.discard(conn)
+            self.dispatcher.changed.set()
+            self._node.metrics.worker_connections.dec()
+            with contextlib.suppress(Unavailable):
+                await self._node.sessions.close(conn.session.session_id)
+
+    async def _read_loop(self, conn: Connection, receive: Any) -> int | None:
+        """Frames until the worker disconnects (None) or breaks the protocol (a close code)."""
+        while True:
+            try:
+                frame = await self._read(receive)
+                if frame is None:
+                    return None
+                await conn.accept(frame)
+            except Rejected as rejected:
+                if rejected.frame is not None:
+                    with contextlib.suppress(SlowConsumer):
+                        conn.send(rejected.frame)
+                return rejected.code
+            except ProtocolViolation as exc:
+                with contextlib.suppress(SlowConsumer):
+                    conn.send(_error("invalid_frame", str(exc)))
+                return p.CLOSE_PROTOCOL
+
+
+def _error(code: str, message: str) -> p.Error:
+    return p.Error(code=code, message=message)
+
+
+async def _refuse(scope: dict[str, Any], send: Any, error: OrbitError) -> None:
+    """Answer the upgrade request with a plain HTTP error (before the WebSocket exists)."""
+    if "websocket.http.response" not in (scope.get("extensions") or {}):
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    body = msgspec.json.encode(error_body(error, None))
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if isinstance(error, Unavailable):
+        headers.append((b"retry-after", str(error.retry_after).encode()))
+    await send(
+        {"type": "websocket.http.response.start", "status": error.status, "headers": headers}
+    )
+    await send({"type": "websocket.http.response.body", "body": body})
