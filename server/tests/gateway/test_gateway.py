@@ -145,6 +145,9 @@ async def test_a_cancel_reaches_the_running_worker_through_its_heartbeat(live: L
         await send(ws, {"type": "start", "id": 1, "items": [ref(d)]})
         await recv(ws)
         await live.node.tasks.cancel(SCOPE, task_id, reason="user asked", actor=ACTOR)
+        pushed = await recv(ws)  # the cancel was requested on this node: pushed at once
+        item = {"task_id": task_id, "attempt": 1, "reason": "user asked"}
+        assert pushed == {"type": "cancel", "items": [item]}
         await send(ws, {"type": "heartbeat", "id": 2, "items": [ref(d)]})
         renewed = await recv(ws)
         assert renewed["items"][0]["verdict"] == "cancel_requested"

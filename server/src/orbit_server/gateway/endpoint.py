@@ -47,9 +47,20 @@ class Gateway:
 
     async def start(self) -> None:
         """Close sessions a previous run of this node left open; keep this run's alive."""
+        self._node.watch.on_cancel_requested(self._push_cancel)
         with contextlib.suppress(Unavailable):
             await self._node.sessions.close_all_of_node()
         self._touching = asyncio.create_task(self._touch_loop(), name="worker-sessions")
+
+    def _push_cancel(self, task_id: str, reason: str | None) -> None:
+        """A cancel committed on this node reaches a local worker at once (others learn it
+        from their next heartbeat)."""
+        for conn in self._connections:
+            for held_id, attempt in list(conn.held):
+                if held_id == task_id:
+                    with contextlib.suppress(SlowConsumer):
+                        conn.send(p.Cancel(items=[p.CancelItem(task_id=task_id, attempt=attempt,
+                                                               reason=reason)]))  # fmt: skip
 
     async def _touch_loop(self) -> None:
         interval = self._node.settings.heartbeat_ms / 1000

@@ -307,6 +307,8 @@ class TaskService:
 
         task = await self._db.run(unit)
         self._watch.notify(task.id)
+        if task.state == TaskState.RUNNING and task.cancel_requested:
+            self._watch.notify_cancel_requested(task.id, task.cancel_reason)
         return task
 
     # -- history (P10) ------------------------------------------------------------------------

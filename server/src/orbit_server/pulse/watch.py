@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from orbit_server.scope import Scope
 
@@ -19,6 +19,7 @@ class TaskWatch:
         self.poll_s = poll_s
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._queues: dict[tuple[Scope, str], asyncio.Event] = {}
+        self._cancel_listeners: list[Callable[[str, str | None], None]] = []
 
     @contextlib.contextmanager
     def watching(self, task_id: str) -> Iterator[asyncio.Event]:
@@ -59,3 +60,11 @@ class TaskWatch:
         event = self._queues.get((scope, queue))
         if event is not None:
             event.set()
+
+    def on_cancel_requested(self, listener: Callable[[str, str | None], None]) -> None:
+        """Call ``listener(task_id, reason)`` when a cancel of running work commits here."""
+        self._cancel_listeners.append(listener)
+
+    def notify_cancel_requested(self, task_id: str, reason: str | None) -> None:
+        for listener in self._cancel_listeners:
+            listener(task_id, reason)
