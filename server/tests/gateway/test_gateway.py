@@ -108,8 +108,11 @@ async def test_delivery_start_result_and_a_harmless_resend(live: Live) -> None:
         assert (d["task_id"], d["attempt"], d["params"]) == (task_id, 1, {"to": "a@example.com"})
         await send(ws, {"type": "start", "id": 1, "items": [ref(d)]})
         started = await recv(ws)
-        answer = {"task_id": task_id, "attempt": 1, "verdict": "started"}
-        assert started == {"type": "started", "re": 1, "items": [answer]}
+        [answer] = started["items"]
+        assert (started["re"], answer["task_id"], answer["verdict"]) == (1, task_id, "started")
+        assert answer["lease_expires_at"] <= answer["deadline_at"]
+        await send(ws, {"type": "start", "id": 9, "items": [ref(d)]})  # its answer was lost
+        assert (await recv(ws))["items"][0]["verdict"] == "started"
         item = {**ref(d), "outcome": "succeeded", "result": {"ok": True}}
         result = {"type": "result", "id": 2, "items": [item]}
         await send(ws, result)

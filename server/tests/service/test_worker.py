@@ -543,3 +543,14 @@ async def test_a_closed_gates_tasks_wait_outside_the_claim_range(
     reopened = {lease.task.id for lease in await claim(node, free=400)}
     assert reopened == gated | {held.task.id}
     await node.gates.set_open(SCOPE, gate, open_=True)  # opening an open gate changes nothing
+
+
+async def test_a_repeated_start_of_a_running_attempt_answers_started(node: Node) -> None:
+    await submit(node, 2)
+    first, second = await claim(node)
+    answers = await node.workers.start_many([first.ref, second.ref])
+    assert [a.verdict for a in answers] == [StartVerdict.STARTED] * 2
+    assert all(a.expires_at is not None and a.deadline_at is not None for a in answers)
+    [again] = await node.workers.start_many([first.ref])
+    assert (again.verdict, again.expires_at) == (StartVerdict.STARTED, answers[0].expires_at)
+    assert (await node.tasks.get(SCOPE, first.task.id)).attempts == 1  # still one attempt

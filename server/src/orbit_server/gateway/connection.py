@@ -192,15 +192,21 @@ class Connection:
         raise ProtocolViolation(f"unexpected frame {type(frame).__name__}")
 
     async def _start(self, frame: p.Start) -> p.Frame:
-        answers = []
-        for item in frame.items:
-            ref = _ref(item)
-            verdict = await self._workers.start(ref)
-            if verdict is not StartVerdict.STARTED:
-                self._settle(ref)
-            answers.append(p.StartAnswer(task_id=ref.task_id, attempt=ref.attempt,
-                                         verdict=_START[verdict]))  # type: ignore[arg-type]  # fmt: skip
-        return p.Started(re=frame.id, items=answers)
+        answers = await self._workers.start_many([_ref(item) for item in frame.items])
+        items = []
+        for answer in answers:
+            if answer.verdict is not StartVerdict.STARTED:
+                self._settle(answer.ref)
+            items.append(
+                p.StartAnswer(
+                    task_id=answer.ref.task_id,
+                    attempt=answer.ref.attempt,
+                    verdict=_START[answer.verdict],  # type: ignore[arg-type]
+                    lease_expires_at=to_rfc3339(answer.expires_at),
+                    deadline_at=to_rfc3339(answer.deadline_at),
+                )
+            )
+        return p.Started(re=frame.id, items=items)
 
     async def _heartbeat(self, frame: p.Heartbeat) -> p.Frame:
         renewals = await self._workers.renew([_ref(item) for item in frame.items])

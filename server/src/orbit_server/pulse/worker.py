@@ -93,6 +93,14 @@ class Outcome(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class StartAnswer:
+    ref: LeaseRef
+    verdict: StartVerdict
+    expires_at: datetime | None = None  # when STARTED: the lease's end and the attempt's deadline
+    deadline_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Renewal:
     ref: LeaseRef
     verdict: RenewVerdict
@@ -306,37 +314,46 @@ class WorkerService:
 
     async def start(self, ref: LeaseRef) -> StartVerdict:
         """Confirm the start of a leased task; the gate is checked under its shared lock."""
+        [answer] = await self.start_many([ref])
+        return answer.verdict
 
-        async def unit(tx: Tx) -> StartVerdict:
+    async def start_many(self, refs: Sequence[LeaseRef]) -> list[StartAnswer]:
+        """Confirm the starts of many leased tasks in one transaction, a verdict each. Asking
+        again for an attempt that already started (its answer was lost) answers ``started``."""
+
+        async def unit(tx: Tx) -> list[StartAnswer]:
             now = self._clock.now()
-            task = await lstore.task_lock_fenced(tx, ref.task_id, ref.attempt, ref.lease_token)
-            if task is None or task.state != TaskState.LEASED or _expired(task, now):
-                return StartVerdict.STALE
-            if task.gate_id is not None:
-                gates = await lstore.gates_open(tx, [task.gate_id])
-                if not gates[task.gate_id]:
-                    decide(TaskState.LEASED, Event.START_DENIED_GATE)
-                    await self._back_to_pending(tx, task, now, cause="gate_closed")
-                    return StartVerdict.DENIED_GATE
-            decide(TaskState.LEASED, Event.START)
-            deadline = now + timedelta(milliseconds=task.timeout_ms)
-            expires_at = min(now + self._lease, deadline)
-            await lstore.task_set_running(
-                tx, task.id, ref.attempt, ref.lease_token, expires_at, now, deadline_at=deadline
-            )
-            await lstore.attempt_update(
-                tx,
-                task.id,
-                ref.attempt,
-                state="running",
-                started_at=now,
-                lease_expires_at=expires_at,
-            )
-            return StartVerdict.STARTED
+            return [await self._start_one(tx, ref, now) for ref in refs]
 
-        verdict = await self._db.run(unit)
-        self._watch.notify(ref.task_id)
-        return verdict
+        answers = await self._db.run(unit)
+        for ref in refs:
+            self._watch.notify(ref.task_id)
+        return answers
+
+    async def _start_one(self, tx: Tx, ref: LeaseRef, now: datetime) -> StartAnswer:
+        task = await lstore.task_lock_fenced(tx, ref.task_id, ref.attempt, ref.lease_token)
+        if task is None or _expired(task, now):
+            return StartAnswer(ref, StartVerdict.STALE)
+        if task.state == TaskState.RUNNING:  # a repeated start of this very attempt
+            return StartAnswer(ref, StartVerdict.STARTED, task.lease_expires_at, task.deadline_at)
+        if task.state != TaskState.LEASED:
+            return StartAnswer(ref, StartVerdict.STALE)
+        if task.gate_id is not None:
+            gates = await lstore.gates_open(tx, [task.gate_id])
+            if not gates[task.gate_id]:
+                decide(TaskState.LEASED, Event.START_DENIED_GATE)
+                await self._back_to_pending(tx, task, now, cause="gate_closed")
+                return StartAnswer(ref, StartVerdict.DENIED_GATE)
+        decide(TaskState.LEASED, Event.START)
+        deadline = now + timedelta(milliseconds=task.timeout_ms)
+        expires_at = min(now + self._lease, deadline)
+        await lstore.task_set_running(
+            tx, task.id, ref.attempt, ref.lease_token, expires_at, now, deadline_at=deadline
+        )
+        await lstore.attempt_update(
+            tx, task.id, ref.attempt, state="running", started_at=now, lease_expires_at=expires_at
+        )
+        return StartAnswer(ref, StartVerdict.STARTED, expires_at, deadline)
 
     async def renew(self, refs: Sequence[LeaseRef]) -> list[Renewal]:
         """Extend many leases in one transaction; a verdict per item (fenced)."""

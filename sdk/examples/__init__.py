@@ -1,0 +1,1 @@
+"""Runnable examples of the Orbit SDK; each one is exercised by the SDK's tests."""

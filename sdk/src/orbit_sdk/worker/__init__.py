@@ -1,0 +1,23 @@
+"""The worker runtime: run handlers for Orbit tasks over the worker protocol.
+
+```python
+from orbit_sdk.worker import TaskContext, Worker
+
+worker = Worker()  # ORBIT_URL + ORBIT_API_KEY, read when it starts
+
+
+@worker.handler(queue="emails", type="send-welcome")
+async def send_welcome(ctx: TaskContext) -> dict[str, bool]:
+    ...
+    return {"sent": True}
+
+
+worker.run()  # or: orbit-worker myapp.workers:worker
+```
+"""
+
+from orbit_sdk.worker._context import TaskContext
+from orbit_sdk.worker._errors import NonRetryableError, TaskCancelled, WorkerError
+from orbit_sdk.worker._worker import Worker
+
+__all__ = ["NonRetryableError", "TaskCancelled", "TaskContext", "Worker", "WorkerError"]

@@ -1,0 +1,118 @@
+"""``TaskContext``: what a handler gets about the attempt it runs, and its cancellation signal."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Mapping, MutableMapping
+from datetime import datetime
+from typing import Any
+
+from orbit_sdk.worker._errors import TaskCancelled
+
+__all__ = ["TaskContext"]
+
+
+class _TaskLoggerAdapter(logging.LoggerAdapter[logging.Logger]):
+    """Adds the attempt's identity to every record, keeping the call's own ``extra``."""
+
+    def process(
+        self, msg: Any, kwargs: MutableMapping[str, Any]
+    ) -> tuple[Any, MutableMapping[str, Any]]:
+        kwargs["extra"] = {**(self.extra or {}), **(kwargs.get("extra") or {})}
+        return msg, kwargs
+
+
+class TaskContext:
+    """One attempt of a task, as its handler sees it.
+
+    ``params`` is the task's input; ``attempts`` counts the attempts started before this one.
+    ``deadline`` is when the attempt must have finished (its lease never extends past it).
+    ``side_effect`` is what the submitter declared (``"idempotent"`` or ``"unsafe"``).
+
+    Cancellation is cooperative: when Orbit asks to cancel the task, or the attempt is lost,
+    :attr:`cancelled` turns true and :attr:`cancel_event` is set (check it from sync code);
+    async code can ``await ctx.wait_cancelled()``, and an async handler still running is also
+    cancelled with ``asyncio.CancelledError``. A handler that then raises
+    :class:`TaskCancelled` (see :meth:`raise_if_cancelled`) or lets ``CancelledError`` out
+    reports the attempt ``cancelled``; one that returns reports its result.
+    """
+
+    def __init__(
+        self,
+        *,
+        task_id: str,
+        attempt: int,
+        queue: str,
+        type: str,
+        params: Any = None,
+        deadline: datetime,
+        handler_version: str | None = None,
+        side_effect: str = "idempotent",
+        labels: Mapping[str, str] | None = None,
+        attempts: int = 0,
+        max_attempts: int | None = None,
+        traceparent: str | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.task_id = task_id
+        self.attempt = attempt
+        self.queue = queue
+        self.type = type
+        self.params = params
+        self.deadline = deadline
+        self.handler_version = handler_version
+        self.side_effect = side_effect
+        self.labels: Mapping[str, str] = dict(labels or {})
+        self.attempts = attempts
+        self.max_attempts = max_attempts
+        self.traceparent = traceparent
+        self.logger: logging.LoggerAdapter[logging.Logger] = _TaskLoggerAdapter(
+            logger or logging.getLogger("orbit_sdk.worker.task"),
+            {"task_id": task_id, "attempt": attempt, "queue": queue, "task_type": type},
+        )
+        self.cancel_event = threading.Event()
+        self._cancelled_async = asyncio.Event()
+        self._cancel_reason: str | None = None
+        self._cancel_requested = False
+
+    def __repr__(self) -> str:
+        return (
+            f"TaskContext(task_id={self.task_id!r}, attempt={self.attempt}, "
+            f"queue={self.queue!r}, type={self.type!r}, cancelled={self.cancelled})"
+        )
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the attempt should stop: a cancel request, or the attempt was lost."""
+        return self.cancel_event.is_set()
+
+    @property
+    def cancel_reason(self) -> str | None:
+        """Why the attempt was cancelled (``None`` while it is not, or when no reason was given)."""
+        return self._cancel_reason
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether Orbit asked to cancel the task (as opposed to the attempt being lost)."""
+        return self._cancel_requested
+
+    async def wait_cancelled(self) -> None:
+        """Return once the attempt is cancelled."""
+        await self._cancelled_async.wait()
+
+    def raise_if_cancelled(self) -> None:
+        """Raise :class:`TaskCancelled` when the attempt is cancelled."""
+        if self.cancelled:
+            raise TaskCancelled(self._cancel_reason or "the task was cancelled")
+
+    def _cancel(self, reason: str | None, *, requested: bool) -> bool:
+        """Signal cancellation (on the event loop's thread); ``True`` the first time."""
+        self._cancel_requested = self._cancel_requested or requested
+        if self.cancel_event.is_set():
+            return False
+        self._cancel_reason = reason
+        self.cancel_event.set()
+        self._cancelled_async.set()
+        return True

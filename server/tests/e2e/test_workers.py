@@ -1,0 +1,242 @@
+"""Workers end to end on MariaDB, with real processes: ``orbit server`` processes and SDK
+workers started with ``orbit-worker``, as a user runs them. Leases are short (2 s) so that
+losing one takes a moment; the handlers write what they do to a log file that the tests
+read."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import orbit_sdk
+from orbit_sdk import RetryPolicy
+from tests.e2e.test_cli import mariadb_url  # noqa: F401  (fixture)
+from tests.support.processes import OrbitProcess, run_orbit
+
+LEASE = {
+    "ORBIT_LEASE_MS": "2000",
+    "ORBIT_HEARTBEAT_MS": "500",
+    "ORBIT_HANDSHAKE_TIMEOUT_MS": "2000",
+    "ORBIT_DRAIN_GRACE_MS": "5000",
+}
+FAST_RETRY = RetryPolicy(max_attempts=3, initial_backoff_ms=50, max_backoff_ms=50)
+
+APP = '''
+import os
+import pathlib
+
+from orbit_sdk.worker import TaskContext, Worker
+
+worker = Worker()
+LOG = pathlib.Path(os.environ["E2E_LOG"])
+RELEASE = pathlib.Path(os.environ["E2E_RELEASE"])
+
+
+def record(event: str, ctx: TaskContext) -> None:
+    with LOG.open("a") as log:
+        log.write(f"{event} {ctx.task_id} {ctx.attempt} {os.getpid()}\\n")
+
+
+@worker.handler(queue="e2e", type="noop")
+def noop(ctx: TaskContext) -> dict:
+    return {"n": ctx.params.get("n")}
+
+
+@worker.handler(queue="e2e", type="hold")
+def hold(ctx: TaskContext) -> dict:
+    """Runs until the release file appears or the task is cancelled."""
+    record("start", ctx)
+    while not ctx.cancel_event.wait(0.02):
+        if RELEASE.exists():
+            record("done", ctx)
+            return {"attempt": ctx.attempt}
+    record("cancelled", ctx)
+    ctx.raise_if_cancelled()
+    return {}
+'''
+
+
+@dataclass
+class Cluster:
+    env: dict[str, str]
+    key: str
+    tmp: Path
+    servers: list[OrbitProcess]
+    workers: list[OrbitProcess]
+
+    @property
+    def log(self) -> Path:
+        return self.tmp / "handlers.log"
+
+    @property
+    def release(self) -> Path:
+        return self.tmp / "release"
+
+    def server(self, node_id: str) -> str:
+        proc = OrbitProcess(
+            ["server", "--port", "0", "--host", "127.0.0.1", "--node-id", node_id],
+            env={**self.env, **LEASE},
+        )
+        self.servers.append(proc)
+        return proc.wait_for("ORBIT_URL")["ORBIT_URL"]
+
+    def worker(self, *urls: str, concurrency: int = 4) -> OrbitProcess:
+        command = [str(Path(sys.executable).parent / "orbit-worker"), "e2e_app:worker"]
+        for url in urls:
+            command += ["--url", url]
+        command += ["--concurrency", str(concurrency)]
+        env = {
+            "ORBIT_API_KEY": self.key,
+            "E2E_LOG": str(self.log),
+            "E2E_RELEASE": str(self.release),
+            "PYTHONPATH": str(self.tmp),
+        }
+        proc = OrbitProcess.command(command, env=env)
+        self.workers.append(proc)
+        return proc
+
+    def client(self, url: str) -> orbit_sdk.Client:
+        return orbit_sdk.Client(url, self.key)
+
+    def events(self, kind: str) -> list[tuple[str, int, int]]:
+        if not self.log.exists():
+            return []
+        found = []
+        for line in self.log.read_text().splitlines():
+            event, task_id, attempt, pid = line.split()
+            if event == kind:
+                found.append((task_id, int(attempt), int(pid)))
+        return found
+
+
+def eventually(check: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    """Poll an observable outcome of other processes (a log file, a task's state)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def cluster(mariadb_url: str, tmp_path: Path) -> Iterator[Cluster]:  # noqa: F811
+    env = {"ORBIT_DATABASE_URL": mariadb_url}
+    assert run_orbit("migrate", env=env).code == 0
+    created = run_orbit(
+        "keys", "create", "--tenant", "acme", "--environment", "prod", "--role", "worker",
+        "--role", "submitter", "--role", "operator", env=env,
+    )  # fmt: skip
+    key = created.stdout.strip().splitlines()[-1]
+    (tmp_path / "e2e_app.py").write_text(APP)
+    found = Cluster(env, key, tmp_path, [], [])
+    try:
+        yield found
+    finally:
+        for proc in found.workers + found.servers:
+            if proc.proc.poll() is None:
+                proc.proc.kill()
+            proc.stop(timeout=10)
+
+
+def hold_tasks(client: orbit_sdk.Client, count: int, side_effect: str) -> list[str]:
+    return [
+        client.submit("e2e", "hold", {}, side_effect=side_effect, retry=FAST_RETRY).id  # type: ignore[arg-type]
+        for _ in range(count)
+    ]
+
+
+def test_tasks_run_through_a_real_worker(cluster: Cluster) -> None:
+    url = cluster.server("a")
+    cluster.worker(url)
+    with cluster.client(url) as client:
+        tasks = client.submit_many([{"queue": "e2e", "type": "noop", "params": {"n": i}}
+                                    for i in range(40)])  # fmt: skip
+        done = [client.wait_for_task(t.id, timeout=30) for t in tasks]
+    assert [(t.state, t.result) for t in done] == [("succeeded", {"n": i}) for i in range(40)]
+
+
+def test_a_killed_worker_retries_idempotent_work_and_never_reruns_unsafe_work(
+    cluster: Cluster,
+) -> None:
+    url = cluster.server("a")
+    first = cluster.worker(url)
+    with cluster.client(url) as client:
+        [safe] = hold_tasks(client, 1, "idempotent")
+        [unsafe] = hold_tasks(client, 1, "unsafe")
+        eventually(lambda: len(cluster.events("start")) == 2, "both tasks to start")
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait()
+        cluster.release.touch()
+        cluster.worker(url)
+        assert client.wait_for_task(unsafe, timeout=30).state == "needs_review"
+        retried = client.wait_for_task(safe, timeout=30)
+    assert (retried.state, retried.result) == ("succeeded", {"attempt": 2})
+    starts = cluster.events("start")
+    assert sorted(a for t, a, _ in starts if t == safe) == [1, 2]
+    assert [a for t, a, _ in starts if t == unsafe] == [1]  # never run twice
+
+
+def test_a_cancel_reaches_a_running_handler(cluster: Cluster) -> None:
+    url = cluster.server("a")
+    cluster.worker(url)
+    with cluster.client(url) as client:
+        [task_id] = hold_tasks(client, 1, "unsafe")
+        eventually(lambda: len(cluster.events("start")) == 1, "the task to start")
+        assert client.cancel_task(task_id, reason="stop").cancel_requested
+        assert client.wait_for_task(task_id, timeout=30).state == "cancelled"
+    assert [t for t, _, _ in cluster.events("cancelled")] == [task_id]
+
+
+def test_work_submitted_on_one_node_runs_on_a_worker_of_another(cluster: Cluster) -> None:
+    url_a, url_b = cluster.server("a"), cluster.server("b")
+    cluster.worker(url_b)
+    with cluster.client(url_a) as client:
+        task = client.submit("e2e", "noop", {"n": 7})
+        assert client.wait_for_task(task.id, timeout=30).result == {"n": 7}
+
+
+def test_a_node_killed_under_its_workers_loses_nothing_and_runs_nothing_twice(
+    cluster: Cluster,
+) -> None:
+    url_a, url_b = cluster.server("a"), cluster.server("b")
+    cluster.worker(url_a, url_b, concurrency=8)
+    with cluster.client(url_b) as client:
+        tasks = hold_tasks(client, 3, "unsafe") + hold_tasks(client, 3, "idempotent")
+        eventually(lambda: len(cluster.events("start")) == 6, "all six tasks to start")
+        cluster.servers[0].proc.send_signal(signal.SIGKILL)  # node a, the worker's node
+        cluster.servers[0].proc.wait()
+        # The worker reconnects to b, which lets each held attempt continue; the results
+        # reach b (sent again until acknowledged).
+        cluster.release.touch()
+        done = [client.wait_for_task(t, timeout=30) for t in tasks]
+    assert [(t.state, t.attempts) for t in done] == [("succeeded", 1)] * 6
+    assert sorted(t for t, _, _ in cluster.events("start")) == sorted(tasks)
+
+
+def test_a_worker_partitioned_past_its_lease_cannot_complete(cluster: Cluster) -> None:
+    url = cluster.server("a")
+    stuck = cluster.worker(url, concurrency=1)
+    with cluster.client(url) as client:
+        [task_id] = hold_tasks(client, 1, "idempotent")
+        eventually(lambda: len(cluster.events("start")) == 1, "the first attempt to start")
+        os.kill(stuck.proc.pid, signal.SIGSTOP)  # cut off: no heartbeats, no results
+        cluster.worker(url, concurrency=1)
+        eventually(
+            lambda: [a for _, a, _ in cluster.events("start")] == [1, 2],
+            "the task to be leased again and started elsewhere",
+        )
+        cluster.release.touch()
+        finished = client.wait_for_task(task_id, timeout=30)
+        os.kill(stuck.proc.pid, signal.SIGCONT)
+        # A graceful stop sends whatever the stale worker still has to report, then exits.
+        assert stuck.stop(timeout=30) == 0
+        again = client.get_task(task_id)
+    assert (finished.state, finished.result) == ("succeeded", {"attempt": 2})
+    assert (again.result, again.attempts) == ({"attempt": 2}, 2)  # the stale report changed nothing
