@@ -240,3 +240,30 @@ def test_a_worker_partitioned_past_its_lease_cannot_complete(cluster: Cluster) -
         again = client.get_task(task_id)
     assert (finished.state, finished.result) == ("succeeded", {"attempt": 2})
     assert (again.result, again.attempts) == ({"attempt": 2}, 2)  # the stale report changed nothing
+
+
+def test_the_example_worker_runs_against_orbit_dev(tmp_path: Path) -> None:
+    """The README's path: ``orbit dev`` on SQLite, the SDK's example worker, a submit."""
+    dev = OrbitProcess(["dev", "--data-dir", str(tmp_path / "data"), "--port", "0"])
+    try:
+        announced = dev.wait_for("ORBIT_URL", "ORBIT_API_KEY")
+        env = {"ORBIT_URL": announced["ORBIT_URL"], "ORBIT_API_KEY": announced["ORBIT_API_KEY"]}
+        example = Path(__file__).resolve().parents[3] / "sdk" / "examples" / "worker_basic.py"
+        worker = OrbitProcess.command(
+            [str(Path(sys.executable).parent / "orbit-worker"), str(example)], env=env
+        )
+        try:
+            with orbit_sdk.Client(env["ORBIT_URL"], env["ORBIT_API_KEY"]) as client:
+                added = client.submit("examples", "add", {"a": 2, "b": 3})
+                greeted = client.submit(
+                    "examples", "greet", {"name": "Ada"},
+                    traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                )  # fmt: skip
+                assert client.wait_for_task(added.id, timeout=30).result == {"sum": 5}
+                assert client.wait_for_task(greeted.id, timeout=30).result == {
+                    "greeting": "Hello, Ada!"
+                }
+        finally:
+            assert worker.stop() == 0
+    finally:
+        assert dev.stop() == 0

@@ -51,8 +51,9 @@ async def live(node: Node) -> AsyncIterator[Live]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(
-        app, ws="websockets-sansio", lifespan="off", log_config=None, access_log=False
-    )
+        app, ws="websockets-sansio", lifespan="off", log_config=None, access_log=False,
+        ws_max_size=node.settings.ws_max_frame_bytes,
+    )  # fmt: skip
     server = _Server(config)
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     await server.listening.wait()

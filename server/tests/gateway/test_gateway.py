@@ -92,6 +92,16 @@ async def test_a_queue_outside_the_keys_list_is_forbidden(live: Live) -> None:
         assert await closed_with(ws) == 4403
 
 
+async def test_a_frame_over_the_limit_closes_1009(live: Live) -> None:
+    async with live.connect(max_size=None) as ws:
+        await hello(ws)
+        big = {"type": "result", "id": 1, "items": [{"task_id": "t", "attempt": 1,
+               "lease_token": "x", "outcome": "succeeded",
+               "result": "x" * live.node.settings.ws_max_frame_bytes}]}  # fmt: skip
+        await send(ws, big)
+        assert await closed_with(ws) == 1009
+
+
 async def test_no_hello_before_the_deadline_closes_4408(live: Live) -> None:
     live.node.settings = dataclasses.replace(live.node.settings, handshake_timeout_ms=100)
     async with live.connect() as ws:
@@ -100,12 +110,14 @@ async def test_no_hello_before_the_deadline_closes_4408(live: Live) -> None:
 
 
 async def test_delivery_start_result_and_a_harmless_resend(live: Live) -> None:
-    [task_id] = await submit(live, params={"to": "a@example.com"})
+    trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    [task_id] = await submit(live, params={"to": "a@example.com"}, traceparent=trace)
     async with live.connect() as ws:
         welcome = await hello(ws)
         assert welcome["lease_ms"] == live.node.settings.lease_ms and welcome["held"] == []
         [d] = await deliveries(ws, 1)
         assert (d["task_id"], d["attempt"], d["params"]) == (task_id, 1, {"to": "a@example.com"})
+        assert d["traceparent"] == trace  # the submitter's trace context reaches the worker
         await send(ws, {"type": "start", "id": 1, "items": [ref(d)]})
         started = await recv(ws)
         [answer] = started["items"]
