@@ -237,6 +237,18 @@ async def test_credits_bound_what_is_delivered(live: Live) -> None:
         assert len(await deliveries(ws, 2)) == 2
 
 
+async def test_requests_during_a_database_outage_answer_unavailable(live: Live) -> None:
+    await submit(live)
+    async with live.connect() as ws:
+        await hello(ws)
+        [d] = await deliveries(ws, 1)
+        await live.node.db.close()  # the database is gone: nothing can be committed
+        await send(ws, {"type": "start", "id": 5, "items": [ref(d)]})
+        error = await recv(ws)
+        assert (error["type"], error["re"], error["code"]) == ("error", 5, "unavailable")
+        assert error["retry_after_ms"] > 0
+
+
 async def test_connected_workers_are_counted_per_queue(live: Live) -> None:
     async with live.connect() as ws:
         await hello(ws, queue="reports", type_="build")
