@@ -249,6 +249,23 @@ async def test_requests_during_a_database_outage_answer_unavailable(live: Live) 
         assert error["retry_after_ms"] > 0
 
 
+async def test_attempts_a_worker_gave_up_stop_counting_against_the_node(live: Live) -> None:
+    await submit(live, 2)
+    async with live.connect() as ws:
+        await hello(ws, capacity=2)  # no credit is left: nothing is delivered meanwhile
+        first, second = await deliveries(ws, 2)
+        await send(ws, {"type": "start", "id": 1, "items": [ref(first)]})
+        await recv(ws)
+        await send(ws, {"type": "release", "id": 2, "items": [ref(first), ref(second)]})
+        released = await recv(ws)
+        assert [i["released"] for i in released["items"]] == [False, True]  # first started
+        assert live.gateway.dispatcher.inflight == 1
+        for request_id in (3, 4):  # the worker lost the first (its lease ran out there)
+            await send(ws, {"type": "heartbeat", "id": request_id, "items": []})
+            await recv(ws)
+        assert live.gateway.dispatcher.inflight == 0
+
+
 async def test_connected_workers_are_counted_per_queue(live: Live) -> None:
     async with live.connect() as ws:
         await hello(ws, queue="reports", type_="build")
@@ -257,12 +274,15 @@ async def test_connected_workers_are_counted_per_queue(live: Live) -> None:
 
 async def test_drain_asks_workers_to_release_and_closes_1001(live: Live) -> None:
     [task_id] = await submit(live)
-    async with live.connect() as ws:
+    async with live.connect() as ws, live.connect() as idle:
         await hello(ws)
         [d] = await deliveries(ws, 1)
+        await hello(idle, queue="reports", type_="build")
         draining = asyncio.create_task(live.gateway.drain())
         notice = await recv(ws)
         assert notice == {"type": "drain", "grace_ms": live.node.settings.drain_grace_ms}
+        assert (await recv(idle))["type"] == "drain"
+        assert await closed_with(idle) == 1001  # nothing in flight there: closed at once
         await send(ws, {"type": "release", "id": 1, "items": [ref(d)]})
         released = await recv(ws)
         assert released["items"] == [{"task_id": task_id, "attempt": 1, "released": True}]

@@ -87,11 +87,15 @@ class _Server(uvicorn.Server):
         super().__init__(config)
         self.listening = asyncio.Event()
         self._app = app
+        self._draining: asyncio.Task[None] | None = None
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        # Workers hear of the drain and finish their work before uvicorn closes connections.
+        # Workers hear of the drain and finish their work before uvicorn closes connections;
+        # a second signal cuts the wait short.
         if self._app.worker_endpoint is not None and not self.force_exit:
-            await self._app.worker_endpoint.drain()
+            self._draining = asyncio.create_task(self._app.worker_endpoint.drain())
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._draining
         await super().shutdown(sockets=sockets)
 
     @contextlib.contextmanager
@@ -106,6 +110,8 @@ class _Server(uvicorn.Server):
     def request_exit(self) -> None:
         if self.should_exit:
             self.force_exit = True  # a second signal skips the graceful wait
+            if self._draining is not None:
+                self._draining.cancel()
         self.should_exit = True
 
 

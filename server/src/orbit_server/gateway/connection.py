@@ -13,7 +13,7 @@ import msgspec
 import structlog
 
 from orbit_server.clock import Clock, to_rfc3339
-from orbit_server.errors import Unavailable
+from orbit_server.errors import OrbitError, Unavailable
 from orbit_server.gateway import protocol as p
 from orbit_server.gateway.dispatch import Dispatcher
 from orbit_server.observability.metrics import Metrics
@@ -34,6 +34,7 @@ log = structlog.get_logger("orbit.gateway")
 SEND_BUFFER_FRAMES = 256  # frames waiting to be written; a worker that lets it fill is cut off
 REQUEST_BUFFER = 64  # requests read ahead of the one being answered
 RETRY_AFTER_MS = 1000
+MAX_ERROR_BYTES = 16 * 1024  # an error's details beyond this are dropped, not stored
 
 _START = {
     StartVerdict.STARTED: "started",
@@ -73,6 +74,8 @@ class Connection:
         self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue(SEND_BUFFER_FRAMES)
         self._requests: asyncio.Queue[p.WorkerFrame | None] = asyncio.Queue(REQUEST_BUFFER)
         self.held: dict[tuple[str, int], str] = {}  # (task id, attempt) → queue
+        self._missed: dict[tuple[str, int], int] = {}  # heartbeats that did not list it
+        self.max_credits = capacity
         self.closed = asyncio.Event()
 
     # -- what the dispatcher uses -------------------------------------------------------------
@@ -152,7 +155,7 @@ class Connection:
         """Handle one decoded frame: credits at once, requests in order."""
         self._metrics.worker_frames.labels(type(frame).__struct_config__.tag).inc()
         if isinstance(frame, p.Credit):
-            self.credits += frame.n
+            self.credits = min(self.credits + frame.n, self.max_credits)
             for queue in self.queues():
                 self._dispatcher.wake(self.scope, queue)
             return
@@ -177,6 +180,9 @@ class Connection:
                     code="unavailable", message=exc.message, re=request_id,
                     retry_after_ms=RETRY_AFTER_MS,
                 )  # fmt: skip
+            except OrbitError as exc:  # it can never succeed: say so rather than close
+                log.warning("worker request refused", code=exc.code, reason=exc.message)
+                answer = p.Error(code="invalid_request", message=exc.message, re=request_id)
             if answer is not None:
                 self.send(answer)
 
@@ -209,6 +215,7 @@ class Connection:
         return p.Started(re=frame.id, items=items)
 
     async def _heartbeat(self, frame: p.Heartbeat) -> p.Frame:
+        self._forget_unlisted({(item.task_id, item.attempt) for item in frame.items})
         renewals = await self._workers.renew([_ref(item) for item in frame.items])
         answers = []
         for renewal in renewals:
@@ -246,13 +253,21 @@ class Connection:
             else {"code": "failed", "message": "the handler failed", "retryable": True}
         )
         error = {k: v for k, v in error.items() if v is not None}
+        if len(msgspec.json.encode(error)) > MAX_ERROR_BYTES:
+            error = {
+                "code": str(error.get("code", "failed"))[:100],
+                "message": str(error.get("message", ""))[:2000],
+                "retryable": bool(error.get("retryable", True)),
+                "details": {"truncated": True},
+            }
         return await self._workers.fail(ref, error, retryable=bool(error.get("retryable", True)))
 
     async def _release(self, frame: p.Release) -> p.Frame:
         refs = [_ref(item) for item in frame.items]
         released = await self._workers.release(refs)
-        for ref in refs:
-            self._settle(ref)
+        for ref, ok in zip(refs, released, strict=True):
+            if ok:  # not released: it started after all (or ended); it is still counted
+                self._settle(ref)
         return p.Released(
             re=frame.id,
             items=[
@@ -261,7 +276,19 @@ class Connection:
             ],
         )
 
+    def _forget_unlisted(self, listed: set[tuple[str, int]]) -> None:
+        """A heartbeat lists every attempt the worker holds; one missing from two heartbeats
+        in a row was given up by the worker (its lease ran out there): stop counting it."""
+        for key in list(self.held):
+            if key in listed:
+                self._missed.pop(key, None)
+                continue
+            self._missed[key] = self._missed.get(key, 0) + 1
+            if self._missed[key] >= 2:
+                self._settle(LeaseRef(key[0], key[1], ""))
+
     def _settle(self, ref: LeaseRef) -> None:
+        self._missed.pop((ref.task_id, ref.attempt), None)
         queue = self.held.pop((ref.task_id, ref.attempt), None)
         if queue is not None:
             self._dispatcher.settled(1)

@@ -132,6 +132,8 @@ class Dispatcher:
                     interval = min(interval * 2, self._poll_max_s)
         except Exception:
             log.exception("dispatch loop failed", queue=key[1])
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(self._poll_max_s * 10)  # not a hot loop on a lasting fault
         finally:
             self._loops.pop(key, None)
             if key in self._receivers and not self._stopped:  # a receiver came back meanwhile
@@ -156,19 +158,22 @@ class Dispatcher:
             take = min(receiver.credits, self._max_leases - self._inflight)
             if take <= 0:
                 break
-            receiver.credits -= take  # reserved: other queues' loops see it taken
+            # Reserved before the claim, so that other queues' loops see credits and the
+            # node's budget taken while it runs; what was not leased is given back.
+            receiver.credits -= take
+            self._inflight += take
             started = time.perf_counter()
+            leases: list[Lease] = []
             try:
                 leases = await self._workers.claim(
                     scope, receiver.session, receiver.wants(queue, take), limit=take
                 )
             finally:
-                receiver.credits += take
-            receiver.credits -= len(leases)
+                receiver.credits += take - len(leases)
+                self._inflight -= take - len(leases)
             if not leases:
                 continue
             self._metrics.claim_seconds.observe(time.perf_counter() - started)
-            self._inflight += len(leases)
             progressed = True
             if not receiver.deliver(leases):
                 # The connection went away between claim and send: give the work back now

@@ -84,14 +84,25 @@ class Gateway:
             with contextlib.suppress(SlowConsumer):
                 conn.send(p.Drain(grace_ms=grace_ms))
         deadline = asyncio.get_running_loop().time() + grace_ms / 1000
-        await self._until(lambda: not any(c.held for c in self._connections), deadline)
-        for conn in list(self._connections):
-            conn.closed.set()
-        await self._until(lambda: not self._connections, deadline + 1)
-        if self._touching is not None:
-            self._touching.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._touching
+
+        def close_idle() -> bool:
+            """Close each connection once nothing is in flight on it; done when none is left."""
+            for conn in list(self._connections):
+                if not conn.held:
+                    conn.draining = True
+                    conn.closed.set()
+            return not self._connections
+
+        try:
+            await self._until(close_idle, deadline)
+            for conn in list(self._connections):  # the grace period is over
+                conn.closed.set()
+            await self._until(lambda: not self._connections, deadline + 1)
+        finally:  # also when a second signal cuts the wait short
+            for conn in list(self._connections):
+                conn.closed.set()
+            if self._touching is not None:
+                self._touching.cancel()
 
     async def _until(self, done: Callable[[], bool], deadline: float) -> None:
         """Wait until ``done()`` holds (checked at every settled attempt or closed connection)
@@ -186,6 +197,7 @@ class Gateway:
             workers=self._node.workers, dispatcher=self.dispatcher, clock=self._node.clock,
             metrics=self._node.metrics, send_text=send_text,
         )  # fmt: skip
+        conn.max_credits = settings.worker_max_capacity
         conn.adopt(opened.continuing)
         verdicts = [p.HeldVerdict(task_id=r.task_id, attempt=r.attempt, verdict="continue")
                     for r in opened.continuing]  # fmt: skip
@@ -198,6 +210,9 @@ class Gateway:
                 max_frame_bytes=settings.ws_max_frame_bytes, held=verdicts,
             )
         )  # fmt: skip
+        if self._draining:  # the drain began while this worker was saying hello
+            conn.draining = True
+            conn.send(p.Drain(grace_ms=settings.drain_grace_ms))
         await self._run(conn, receive, send)
 
     def _check_hello(self, principal: Principal, hello: p.Hello) -> list[p.Handler]:
