@@ -138,6 +138,33 @@ async def test_drain_releases_unstarted_work_and_lets_running_work_report() -> N
             assert hello["capacity"] == 2
 
 
+async def test_work_whose_release_is_refused_is_reported_not_started() -> None:
+    """Its start committed but the answer was lost: the handler never ran, so the worker says
+    so instead of letting the lease run out (which would send unsafe work to review)."""
+    async with FakeServer() as server:
+        worker, _, contexts = blocking_worker(server.url)
+        async with running(worker):
+            conn = await server.accept()
+            await conn.welcome()
+            await conn.send({"type": "tasks", "items": [delivery("tsk_wait")]})
+            start = await conn.expect("start")
+            await conn.send(unavailable(start["id"]))
+            await conn.send({"type": "drain", "grace_ms": 30_000})
+            release = await conn.expect("release")
+            refused = [{"task_id": "tsk_wait", "attempt": 1, "released": False}]
+            await conn.send({"type": "released", "re": release["id"], "items": refused})
+            result = await conn.expect("result")
+            [item] = result["items"]
+            assert (item["outcome"], item["error"]["code"], item["error"]["retryable"]) == (
+                "failed",
+                "not_started",
+                True,
+            )
+            assert "tsk_wait" not in contexts  # the handler never ran
+            await conn.ack(result)
+            await conn.close(1001)
+
+
 async def test_a_graceful_stop_releases_waits_reports_and_closes() -> None:
     async with FakeServer() as server:
         worker, gates, contexts = blocking_worker(server.url)

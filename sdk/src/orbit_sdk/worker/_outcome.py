@@ -19,6 +19,7 @@ from orbit_sdk.worker._protocol import ErrorInfo, Ref, ResultItem
 from orbit_sdk.worker._registry import HandlerSpec
 
 __all__ = [
+    "NOT_STARTED",
     "RESULT_NOT_SERIALIZABLE",
     "RESULT_TOO_LARGE",
     "call_async",
@@ -30,6 +31,7 @@ __all__ = [
 
 RESULT_NOT_SERIALIZABLE: Final = "result_not_serializable"
 RESULT_TOO_LARGE: Final = "result_too_large"
+NOT_STARTED: Final = "not_started"
 MAX_CODE: Final = 100
 MAX_MESSAGE: Final = 10_000
 _encoder: Final = msgspec.json.Encoder()
@@ -81,6 +83,16 @@ def too_large_item(ref: Ref, size: int, limit: int) -> ResultItem:
     """``failed``: a result bigger than the server's frame limit can never be delivered."""
     message = f"the result is {size} bytes; the server accepts frames of at most {limit} bytes"
     error = ErrorInfo(code=RESULT_TOO_LARGE, message=message, retryable=False)
+    return _item(ref, "failed", error=error)
+
+
+def not_started_item(ref: Ref) -> ResultItem:
+    """``failed``, retryable: the attempt started on the server but its handler never ran."""
+    error = ErrorInfo(
+        code=NOT_STARTED,
+        message="the worker stopped before it ran this attempt's handler",
+        retryable=True,
+    )
     return _item(ref, "failed", error=error)
 
 

@@ -25,6 +25,7 @@ from orbit_sdk.worker._outcome import (
     call_sync,
     cancelled_item,
     failed_item,
+    not_started_item,
     succeeded_item,
 )
 from orbit_sdk.worker._protocol import (
@@ -249,8 +250,16 @@ class Runtime:
     def on_released(self, answers: Iterable[ReleasedItem]) -> None:
         for answer in answers:
             attempt = self.attempts.get((answer.task_id, answer.attempt))
-            if attempt is not None and attempt.phase is Phase.RELEASING:
+            if attempt is None or attempt.phase is not Phase.RELEASING:
+                continue
+            if answer.released:
                 self._forget(attempt)
+            else:
+                # Not released: its start committed although the answer never arrived here.
+                # The handler never ran, so say so rather than let the lease run out (which
+                # would send unsafe work to needs_review for nothing).
+                self._finish(attempt, not_started_item(attempt.ref))
+        self._changed()
 
     def on_refused(self, keys: Iterable[AttemptKey], request_id: int) -> None:
         """A request that can never succeed: give its attempts up (their leases run out)."""
