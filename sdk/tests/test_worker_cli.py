@@ -112,7 +112,7 @@ async def test_main_applies_the_options_and_runs_the_worker() -> None:
         argv = [
             "app.workers:worker",
             "--url",
-            server.url,
+            f"http://127.0.0.1:1,{server.url}",  # several URLs in one value: the first refuses
             "--api-key",
             "cli-key",
             "--concurrency",

@@ -155,9 +155,11 @@ async def test_work_whose_release_is_refused_is_reported_not_started() -> None:
             await conn.send({"type": "released", "re": release["id"], "items": refused})
             result = await conn.expect("result")
             [item] = result["items"]
-            assert (item["outcome"], item["error"]["code"], item["error"]["retryable"]) == (
+            error = item["error"]
+            assert (item["outcome"], error["code"], error["retryable"], error["safe_to_retry"]) == (
                 "failed",
                 "not_started",
+                True,
                 True,
             )
             assert "tsk_wait" not in contexts  # the handler never ran

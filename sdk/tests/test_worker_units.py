@@ -12,7 +12,14 @@ import pytest
 
 import orbit_sdk.worker
 from orbit_sdk import ConfigurationError, OrbitError
-from orbit_sdk.worker import NonRetryableError, TaskCancelled, TaskContext, Worker, WorkerError
+from orbit_sdk.worker import (
+    NonRetryableError,
+    SafeToRetry,
+    TaskCancelled,
+    TaskContext,
+    Worker,
+    WorkerError,
+)
 from orbit_sdk.worker._outcome import failed_item, succeeded_item
 from orbit_sdk.worker._protocol import Ref
 from orbit_sdk.worker._registry import HandlerRegistry, version_order
@@ -36,6 +43,7 @@ def context(**kwargs: Any) -> TaskContext:
 def test_the_public_api() -> None:
     assert set(orbit_sdk.worker.__all__) == {
         "NonRetryableError",
+        "SafeToRetry",
         "TaskCancelled",
         "TaskContext",
         "Worker",
@@ -130,6 +138,14 @@ def test_exceptions_become_failed_items() -> None:
         item = failed_item(REF, exc)
         assert item.error is not None
         assert (item.error.code, item.error.retryable) == (code, retryable), exc
+    vouched = failed_item(REF, SafeToRetry("rate limited before sending", code="throttled")).error
+    assert vouched is not None and (vouched.code, vouched.retryable, vouched.safe_to_retry) == (
+        "throttled",
+        True,
+        True,
+    )
+    plain = failed_item(REF, RuntimeError("x")).error
+    assert plain is not None and plain.safe_to_retry is False  # unsafe work: an operator decides
     error = failed_item(REF, Throttled("m" * 20_000)).error
     assert error is not None and len(error.message) == 10_000
     assert error.details == {"type": f"{__name__}.{Throttled.__qualname__}"}

@@ -554,3 +554,15 @@ async def test_a_repeated_start_of_a_running_attempt_answers_started(node: Node)
     [again] = await node.workers.start_many([first.ref])
     assert (again.verdict, again.expires_at) == (StartVerdict.STARTED, answers[0].expires_at)
     assert (await node.tasks.get(SCOPE, first.task.id)).attempts == 1  # still one attempt
+
+
+async def test_a_failure_of_unsafe_work_goes_to_review_unless_vouched_safe(node: Node) -> None:
+    crashed, vouched = await submit(node, 2, side_effect="unsafe")
+    first, second = await claim(node)
+    await node.workers.start_many([first.ref, second.ref])
+    error = {"code": "RuntimeError", "message": "boom", "retryable": True}
+    await node.workers.fail(first.ref, error, retryable=True)
+    await node.workers.fail(second.ref, {**error, "safe_to_retry": True}, retryable=True)
+    by_id = {first.task.id: "needs_review", second.task.id: "scheduled"}
+    for task_id in (crashed, vouched):
+        assert (await node.tasks.get(SCOPE, task_id)).state == by_id[task_id]

@@ -85,6 +85,11 @@ def test_unsafe_work_is_never_rerun_silently() -> None:
     assert lease_lost_event(SideEffect.IDEMPOTENT, attempts_left=False) is Event.LEASE_LOST_FINAL
     assert failure_event(retryable=False, attempts_left=True) is Event.FAIL_FINAL
     assert failure_event(retryable=True, attempts_left=True) is Event.FAIL_RETRY
+    unsafe = SideEffect.UNSAFE
+    # A retryable failure of unsafe work may have done its side effect: an operator decides.
+    assert failure_event(True, True, unsafe) is Event.OUTCOME_UNKNOWN
+    assert failure_event(True, True, unsafe, safe_to_retry=True) is Event.FAIL_RETRY
+    assert failure_event(False, True, unsafe) is Event.FAIL_FINAL
 
 
 def test_backoff_grows_is_capped_and_jittered() -> None:

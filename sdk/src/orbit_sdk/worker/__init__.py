@@ -17,7 +17,14 @@ worker.run()  # or: orbit-worker myapp.workers:worker
 """
 
 from orbit_sdk.worker._context import TaskContext
-from orbit_sdk.worker._errors import NonRetryableError, TaskCancelled, WorkerError
+from orbit_sdk.worker._errors import NonRetryableError, SafeToRetry, TaskCancelled, WorkerError
 from orbit_sdk.worker._worker import Worker
 
-__all__ = ["NonRetryableError", "TaskCancelled", "TaskContext", "Worker", "WorkerError"]
+__all__ = [
+    "NonRetryableError",
+    "SafeToRetry",
+    "TaskCancelled",
+    "TaskContext",
+    "Worker",
+    "WorkerError",
+]

@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         dest="urls",
         metavar="URL",
-        help=f"an Orbit server URL; repeat for several nodes (default: ${URL_ENV})",
+        help=f"an Orbit server URL; repeat it or separate URLs by commas for several nodes "
+        f"(default: ${URL_ENV})",
     )
     parser.add_argument("--api-key", help=f"the worker's API key (default: ${API_KEY_ENV})")
     parser.add_argument("--concurrency", type=_positive_int, help="tasks held at once")
@@ -86,7 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         worker = load_worker(args.target)
         worker.configure(
-            urls=args.urls,
+            urls=[u.strip() for v in args.urls for u in v.split(",") if u.strip()]
+            if args.urls
+            else None,
             api_key=args.api_key,
             concurrency=args.concurrency,
             worker_id=args.worker_id,

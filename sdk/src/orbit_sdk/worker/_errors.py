@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from orbit_sdk._errors import OrbitError
 
-__all__ = ["NonRetryableError", "TaskCancelled", "WorkerError"]
+__all__ = ["NonRetryableError", "SafeToRetry", "TaskCancelled", "WorkerError"]
 
 
 class NonRetryableError(Exception):
@@ -14,6 +14,23 @@ class NonRetryableError(Exception):
     """
 
     retryable = False
+
+    def __init__(self, message: str = "", *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class SafeToRetry(Exception):
+    """Raise from a handler to say that the attempt failed before doing any side effect, so
+    that even an ``unsafe`` task may be retried under its retry policy.
+
+    Any other exception from the handler of an ``unsafe`` task leaves its outcome unknown: the
+    task goes to ``needs_review`` and waits for an operator (it is never run again by itself).
+    For ``idempotent`` tasks every retryable exception retries; this one changes nothing.
+    """
+
+    retryable = True
+    safe_to_retry = True
 
     def __init__(self, message: str = "", *, code: str | None = None) -> None:
         super().__init__(message)

@@ -14,7 +14,7 @@ from typing import Any, Final
 import msgspec
 
 from orbit_sdk.worker._context import TaskContext
-from orbit_sdk.worker._errors import NonRetryableError
+from orbit_sdk.worker._errors import NonRetryableError, SafeToRetry
 from orbit_sdk.worker._protocol import ErrorInfo, Ref, ResultItem
 from orbit_sdk.worker._registry import HandlerSpec
 
@@ -74,6 +74,7 @@ def failed_item(ref: Ref, exc: BaseException) -> ResultItem:
         code=code[:MAX_CODE],
         message=_clip(_message(exc)),
         retryable=retryable,
+        safe_to_retry=retryable and isinstance(exc, SafeToRetry),
         details={"type": _qualified_name(type(exc))},
     )
     return _item(ref, "failed", error=error)
@@ -92,6 +93,7 @@ def not_started_item(ref: Ref) -> ResultItem:
         code=NOT_STARTED,
         message="the worker stopped before it ran this attempt's handler",
         retryable=True,
+        safe_to_retry=True,  # nothing ran, so even unsafe work may be retried
     )
     return _item(ref, "failed", error=error)
 

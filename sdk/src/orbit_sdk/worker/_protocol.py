@@ -104,6 +104,7 @@ class ErrorInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
     code: str
     message: str
     retryable: bool
+    safe_to_retry: bool = False
     details: dict[str, Any] | None = None
 
 

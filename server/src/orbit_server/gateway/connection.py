@@ -252,7 +252,8 @@ class Connection:
             if item.error is not None
             else {"code": "failed", "message": "the handler failed", "retryable": True}
         )
-        error = {k: v for k, v in error.items() if v is not None}
+        error = {k: v for k, v in error.items() if v is not None and v is not False}
+        error["retryable"] = bool(item.error.retryable) if item.error is not None else True
         if len(msgspec.json.encode(error)) > MAX_ERROR_BYTES:
             error = {
                 "code": str(error.get("code", "failed"))[:100],

@@ -218,7 +218,7 @@ class Gateway:
     def _check_hello(self, principal: Principal, hello: p.Hello) -> list[p.Handler]:
         common = set(hello.protocol) & p.SUPPORTED_VERSIONS
         if not common:
-            raise Rejected(p.CLOSE_VERSION, _error("unsupported_protocol",
+            raise Rejected(p.CLOSE_VERSION, _error("unsupported_version",
                 f"this server speaks protocol {sorted(p.SUPPORTED_VERSIONS)}"))  # fmt: skip
         for handler in hello.handlers:
             if not principal.may_use_queue(handler.queue):

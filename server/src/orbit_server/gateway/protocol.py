@@ -74,6 +74,7 @@ class ErrorInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
     code: Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
     message: Annotated[str, msgspec.Meta(max_length=10_000)]
     retryable: bool
+    safe_to_retry: bool = False  # the handler vouches that no side effect happened
     details: dict[str, Any] | None = None
 
 

@@ -135,8 +135,21 @@ def lease_lost_event(side_effect: SideEffect, attempts_left: bool) -> Event:
     return E.LEASE_LOST_RETRY if attempts_left else E.LEASE_LOST_FINAL
 
 
-def failure_event(retryable: bool, attempts_left: bool) -> Event:
-    return E.FAIL_RETRY if retryable and attempts_left else E.FAIL_FINAL
+def failure_event(
+    retryable: bool,
+    attempts_left: bool,
+    side_effect: SideEffect = SideEffect.IDEMPOTENT,
+    *,
+    safe_to_retry: bool = False,
+) -> Event:
+    """What a reported failure does. A handler of ``unsafe`` work that failed in a way that
+    could be retried may have done its side effect before failing (a crash): its outcome is
+    unknown, so an operator decides (P4) — unless the handler vouched that nothing happened."""
+    if not retryable:
+        return E.FAIL_FINAL
+    if side_effect is SideEffect.UNSAFE and not safe_to_retry:
+        return E.OUTCOME_UNKNOWN
+    return E.FAIL_RETRY if attempts_left else E.FAIL_FINAL
 
 
 def honour_cancel(event: Event, cancel_requested: bool) -> Event:

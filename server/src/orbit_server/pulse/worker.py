@@ -417,7 +417,10 @@ class WorkerService:
             if _expired(task, now):
                 return Outcome.STALE  # the lease ended first: recovery decides, not this report
             chosen = event or failure_event(
-                retryable, self._policy(task).attempts_left(task.attempts)
+                retryable,
+                self._policy(task).attempts_left(task.attempts),
+                SideEffect(task.side_effect),
+                safe_to_retry=bool((error or {}).get("safe_to_retry", False)),
             )
             await self._end_running(tx, task, chosen, now, result=result, error=error)
             return Outcome.ACCEPTED
