@@ -14,6 +14,7 @@ def main(argv: list[str] | None = None) -> int:
     # The MariaDB harness of the test suite starts a private server for a run.
     sys.path.insert(0, str(ROOT / "server"))
     from bench.claim import run_claim_benchmark
+    from bench.suite import run_suite
 
     parser = argparse.ArgumentParser(prog="python -m bench")
     sub = parser.add_subparsers(dest="scenario", required=True)
@@ -31,7 +32,32 @@ def main(argv: list[str] | None = None) -> int:
     claim.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
     claim.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
     claim.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
+    tp = sub.add_parser(
+        "throughput", help="raw-database baseline, then Orbit end to end with SDK workers"
+    )
+    tp.add_argument("--tasks", type=int, default=20_000, help="tasks per scenario run")
+    tp.add_argument(
+        "--capacity", type=int, action="append", help="total worker capacity (default 8, 64, 256)"
+    )
+    tp.add_argument(
+        "--mode", choices=["burn-down", "steady"], action="append", help="default: both"
+    )
+    tp.add_argument("--processes", type=int, default=2, help="SDK worker processes")
+    tp.add_argument("--baseline-tasks", type=int, default=40_000, help="tasks of the baseline")
+    tp.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
+    tp.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
+    tp.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
     args = parser.parse_args(argv)
+    if args.scenario == "throughput":
+        return run_suite(
+            url=args.url,
+            tasks=200 if args.smoke else args.tasks,
+            capacities=args.capacity or ([8] if args.smoke else [8, 64, 256]),
+            modes=args.mode or ["burn-down", "steady"],
+            processes=args.processes,
+            baseline_tasks=800 if args.smoke else args.baseline_tasks,
+            out=args.out,
+        )
     backlogs = args.backlog or ([300] if args.smoke else [10_000, 1_000_000])
     measure = 100 if args.smoke else args.measure
     return asyncio.run(

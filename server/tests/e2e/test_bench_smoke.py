@@ -30,3 +30,27 @@ async def test_the_claim_benchmark_runs_and_reports(
     assert first["claim_us_per_task"] > 0
     reports = sorted(tmp_path.glob("claim-*.md"))
     assert len(reports) == 1 and "| backlog |" in reports[0].read_text()
+
+
+async def test_the_throughput_benchmark_runs_and_reports(
+    mysql_server: MySQLServerForTests, tmp_path: Path
+) -> None:
+    name = await mysql_server.create()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "bench", "throughput", "--smoke", "--url",
+             mysql_server.url_for(name), "--out", str(tmp_path)],
+            cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+    finally:
+        await mysql_server.drop(name)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    baselines = [line["baseline"] for line in lines if "baseline" in line]
+    runs = [line["throughput"] for line in lines if "throughput" in line]
+    assert [b["per_transaction"] for b in baselines] == [100, 1]
+    assert all(b["tasks_per_s"] > 0 for b in baselines)
+    assert [(r["mode"], r["tasks"]) for r in runs] == [("burn-down", 200), ("steady", 200)]
+    assert all(r["tasks_per_s"] > 0 for r in runs)
+    reports = sorted(tmp_path.glob("throughput-*.md"))
+    assert len(reports) == 1 and "of batched baseline" in reports[0].read_text()

@@ -566,3 +566,24 @@ async def test_a_failure_of_unsafe_work_goes_to_review_unless_vouched_safe(node:
     by_id = {first.task.id: "needs_review", second.task.id: "scheduled"}
     for task_id in (crashed, vouched):
         assert (await node.tasks.get(SCOPE, task_id)).state == by_id[task_id]
+
+
+async def test_many_results_in_one_transaction_get_an_outcome_each(node: Node) -> None:
+    from orbit_server.pulse.states import Event
+    from orbit_server.pulse.worker import Report
+
+    await submit(node, 3)
+    a, b, c = await claim(node)
+    await node.workers.start_many([a.ref, b.ref])  # c never started
+    assert await node.workers.complete(b.ref, "early") is Outcome.ACCEPTED
+    outcomes = await node.workers.report_many(
+        [
+            Report(a.ref, Event.COMPLETE, result={"ok": 1}),
+            Report(b.ref, Event.COMPLETE, result="again"),  # a resend
+            Report(c.ref, None, error={"code": "x", "message": "y"}),
+        ]
+    )
+    assert outcomes == [Outcome.ACCEPTED, Outcome.ALREADY, Outcome.STALE]
+    assert (await node.tasks.get(SCOPE, a.task.id)).result == {"ok": 1}
+    assert (await node.tasks.get(SCOPE, b.task.id)).result == "early"
+    assert (await queue(node)).active == 1  # c is still leased

@@ -15,13 +15,15 @@ import structlog
 from orbit_server.clock import Clock, to_rfc3339
 from orbit_server.errors import OrbitError, Unavailable
 from orbit_server.gateway import protocol as p
+from orbit_server.gateway.batch import NodeBatches
 from orbit_server.gateway.dispatch import Dispatcher
 from orbit_server.observability.metrics import Metrics
+from orbit_server.pulse.states import Event
 from orbit_server.pulse.worker import (
     Lease,
     LeaseRef,
-    Outcome,
     RenewVerdict,
+    Report,
     Session,
     StartVerdict,
     Want,
@@ -56,6 +58,7 @@ class Connection:
         handlers: list[p.Handler],
         capacity: int,
         workers: WorkerService,
+        batches: NodeBatches,
         dispatcher: Dispatcher,
         clock: Clock,
         metrics: Metrics,
@@ -67,6 +70,7 @@ class Connection:
         self.draining = False
         self._handlers = handlers
         self._workers = workers
+        self._batches = batches
         self._dispatcher = dispatcher
         self._clock = clock
         self._metrics = metrics
@@ -198,7 +202,7 @@ class Connection:
         raise ProtocolViolation(f"unexpected frame {type(frame).__name__}")
 
     async def _start(self, frame: p.Start) -> p.Frame:
-        answers = await self._workers.start_many([_ref(item) for item in frame.items])
+        answers = await self._batches.starts.submit([_ref(item) for item in frame.items])
         items = []
         for answer in answers:
             if answer.verdict is not StartVerdict.STARTED:
@@ -216,7 +220,7 @@ class Connection:
 
     async def _heartbeat(self, frame: p.Heartbeat) -> p.Frame:
         self._forget_unlisted({(item.task_id, item.attempt) for item in frame.items})
-        renewals = await self._workers.renew([_ref(item) for item in frame.items])
+        renewals = await self._batches.renewals.submit([_ref(item) for item in frame.items])
         answers = []
         for renewal in renewals:
             if renewal.verdict is RenewVerdict.STALE:
@@ -232,36 +236,19 @@ class Connection:
         return p.Renewed(re=frame.id, items=answers)
 
     async def _result(self, frame: p.Result) -> p.Frame:
+        reports = [_report(item) for item in frame.items]
+        outcomes = await self._batches.results.submit(reports)
         answers = []
-        for item in frame.items:
-            ref = _ref(item)
-            outcome = await self._report(ref, item)
-            self._settle(ref)
+        for report, outcome in zip(reports, outcomes, strict=True):
+            self._settle(report.ref)
             answers.append(
-                p.AckItem(task_id=ref.task_id, attempt=ref.attempt, verdict=str(outcome))  # type: ignore[arg-type]
+                p.AckItem(
+                    task_id=report.ref.task_id,
+                    attempt=report.ref.attempt,
+                    verdict=str(outcome),  # type: ignore[arg-type]
+                )
             )
         return p.Acked(re=frame.id, items=answers)
-
-    async def _report(self, ref: LeaseRef, item: p.ResultItem) -> Outcome:
-        if item.outcome == "succeeded":
-            return await self._workers.complete(ref, item.result)
-        if item.outcome == "cancelled":
-            return await self._workers.report_cancelled(ref)
-        error: dict[str, Any] = (
-            msgspec.structs.asdict(item.error)
-            if item.error is not None
-            else {"code": "failed", "message": "the handler failed", "retryable": True}
-        )
-        error = {k: v for k, v in error.items() if v is not None and v is not False}
-        error["retryable"] = bool(item.error.retryable) if item.error is not None else True
-        if len(msgspec.json.encode(error)) > MAX_ERROR_BYTES:
-            error = {
-                "code": str(error.get("code", "failed"))[:100],
-                "message": str(error.get("message", ""))[:2000],
-                "retryable": bool(error.get("retryable", True)),
-                "details": {"truncated": True},
-            }
-        return await self._workers.fail(ref, error, retryable=bool(error.get("retryable", True)))
 
     async def _release(self, frame: p.Release) -> p.Frame:
         refs = [_ref(item) for item in frame.items]
@@ -305,6 +292,30 @@ class Connection:
 
 class ProtocolViolation(Exception):
     """A frame that breaks the protocol: the connection closes with 4400."""
+
+
+def _report(item: p.ResultItem) -> Report:
+    ref = _ref(item)
+    if item.outcome == "succeeded":
+        return Report(ref, Event.COMPLETE, result=item.result)
+    if item.outcome == "cancelled":
+        return Report(ref, Event.CANCELLED_BY_WORKER)
+    error: dict[str, Any] = (
+        msgspec.structs.asdict(item.error)
+        if item.error is not None
+        else {"code": "failed", "message": "the handler failed", "retryable": True}
+    )
+    error = {k: v for k, v in error.items() if v is not None and v is not False}
+    retryable = item.error.retryable if item.error is not None else True
+    error["retryable"] = retryable
+    if len(msgspec.json.encode(error)) > MAX_ERROR_BYTES:
+        error = {
+            "code": str(error.get("code", "failed"))[:100],
+            "message": str(error.get("message", ""))[:2000],
+            "retryable": retryable,
+            "details": {"truncated": True},
+        }
+    return Report(ref, None, error=error, retryable=retryable)
 
 
 def _ref(item: p.Ref | p.ResultItem) -> LeaseRef:

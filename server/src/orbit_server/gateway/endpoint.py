@@ -14,6 +14,7 @@ import structlog
 
 from orbit_server.errors import Forbidden, OrbitError, Unavailable, error_body
 from orbit_server.gateway import protocol as p
+from orbit_server.gateway.batch import NodeBatches
 from orbit_server.gateway.connection import Connection, ProtocolViolation, SlowConsumer
 from orbit_server.gateway.dispatch import Dispatcher
 from orbit_server.governance.keys import Principal, Role
@@ -39,6 +40,7 @@ class Gateway:
         self.dispatcher = Dispatcher(
             node.workers, node.watch, node.metrics, max_leases=settings.node_max_leases
         )
+        self.batches = NodeBatches.of(node.workers)
         self._connections: set[Connection] = set()
         self._draining = False
         self._touching: asyncio.Task[None] | None = None
@@ -194,7 +196,8 @@ class Gateway:
         conn = Connection(
             session=Session(opened.session_id, settings.node_id, hello.worker_id),
             scope=principal.scope, handlers=handlers, capacity=hello.capacity,
-            workers=self._node.workers, dispatcher=self.dispatcher, clock=self._node.clock,
+            workers=self._node.workers, batches=self.batches, dispatcher=self.dispatcher,
+            clock=self._node.clock,
             metrics=self._node.metrics, send_text=send_text,
         )  # fmt: skip
         conn.max_credits = settings.worker_max_capacity

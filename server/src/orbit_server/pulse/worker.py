@@ -93,6 +93,18 @@ class Outcome(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Report:
+    """A worker's result for one attempt: ``event`` COMPLETE or CANCELLED_BY_WORKER, or None
+    for a failure (``error``, ``retryable``)."""
+
+    ref: LeaseRef
+    event: Event | None
+    result: Any = None
+    error: dict[str, Any] | None = None
+    retryable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class StartAnswer:
     ref: LeaseRef
     verdict: StartVerdict
@@ -392,42 +404,63 @@ class WorkerService:
     # -- results ------------------------------------------------------------------------------
 
     async def complete(self, ref: LeaseRef, result: Any) -> Outcome:
-        return await self._report(ref, Event.COMPLETE, result=result)
+        [outcome] = await self.report_many([Report(ref, Event.COMPLETE, result=result)])
+        return outcome
 
     async def fail(self, ref: LeaseRef, error: dict[str, Any], *, retryable: bool) -> Outcome:
-        return await self._report(ref, None, error=error, retryable=retryable)
+        [outcome] = await self.report_many([Report(ref, None, error=error, retryable=retryable)])
+        return outcome
 
     async def report_cancelled(self, ref: LeaseRef) -> Outcome:
-        return await self._report(ref, Event.CANCELLED_BY_WORKER)
-
-    async def _report(
-        self,
-        ref: LeaseRef,
-        event: Event | None,
-        *,
-        result: Any = None,
-        error: dict[str, Any] | None = None,
-        retryable: bool = True,
-    ) -> Outcome:
-        async def unit(tx: Tx) -> Outcome:
-            now = self._clock.now()
-            task = await lstore.task_lock_fenced(tx, ref.task_id, ref.attempt, ref.lease_token)
-            if task is None or task.state != TaskState.RUNNING:
-                return await self._already(tx, ref, task)
-            if _expired(task, now):
-                return Outcome.STALE  # the lease ended first: recovery decides, not this report
-            chosen = event or failure_event(
-                retryable,
-                self._policy(task).attempts_left(task.attempts),
-                SideEffect(task.side_effect),
-                safe_to_retry=bool((error or {}).get("safe_to_retry", False)),
-            )
-            await self._end_running(tx, task, chosen, now, result=result, error=error)
-            return Outcome.ACCEPTED
-
-        outcome = await self._db.run(unit)
-        self._watch.notify(ref.task_id)
+        [outcome] = await self.report_many([Report(ref, Event.CANCELLED_BY_WORKER)])
         return outcome
+
+    async def report_many(self, reports: Sequence[Report]) -> list[Outcome]:
+        """Record many workers' results in one transaction, an outcome each (fenced). Task rows
+        are locked in id order first, then handled queue by queue, so that concurrent batches
+        take rows in one order."""
+        if not reports:
+            return []
+
+        async def unit(tx: Tx) -> list[Outcome]:
+            now = self._clock.now()
+            locked: dict[int, TaskRecord | None] = {}
+            for i in sorted(range(len(reports)), key=lambda i: reports[i].ref.task_id):
+                ref = reports[i].ref
+                locked[i] = await lstore.task_lock_fenced(
+                    tx, ref.task_id, ref.attempt, ref.lease_token
+                )
+            outcomes: list[Outcome] = [Outcome.STALE] * len(reports)
+
+            def queue_order(i: int) -> tuple[str, str]:
+                task = locked[i]
+                return ("" if task is None else task.queue, reports[i].ref.task_id)
+
+            for i in sorted(range(len(reports)), key=queue_order):
+                outcomes[i] = await self._report_locked(tx, reports[i], locked[i], now)
+            return outcomes
+
+        outcomes = await self._db.run(unit)
+        for report in reports:
+            self._watch.notify(report.ref.task_id)
+        return outcomes
+
+    async def _report_locked(
+        self, tx: Tx, report: Report, task: TaskRecord | None, now: datetime
+    ) -> Outcome:
+        if task is None or task.state != TaskState.RUNNING:
+            return await self._already(tx, report.ref, task)
+        if _expired(task, now):
+            return Outcome.STALE  # the lease ended first: recovery decides, not this report
+        error = report.error
+        chosen = report.event or failure_event(
+            report.retryable,
+            self._policy(task).attempts_left(task.attempts),
+            SideEffect(task.side_effect),
+            safe_to_retry=bool((error or {}).get("safe_to_retry", False)),
+        )
+        await self._end_running(tx, task, chosen, now, result=report.result, error=error)
+        return Outcome.ACCEPTED
 
     @staticmethod
     async def _already(tx: Tx, ref: LeaseRef, task: TaskRecord | None) -> Outcome:

@@ -1,0 +1,156 @@
+"""``python -m bench throughput``: the raw-database baseline, then Orbit end to end, on one
+MariaDB server in one run; writes ``bench/results/throughput-<time>.json`` and ``.md``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from bench.baseline import BaselineResult, run_baseline
+from bench.claim import server_facts
+from bench.throughput import ThroughputResult, run_throughput
+from orbit_server.store import open_database
+
+
+async def fresh_database(url: str, suffix: str) -> str:
+    """An empty database beside the one ``url`` names (``<name>_<suffix>``), for one run."""
+    import asyncmy  # type: ignore[import-untyped]
+
+    from bench.baseline import _connect_args
+
+    parts = urlsplit(url)
+    name = f"{parts.path.lstrip('/') or 'orbit'}_{suffix}"
+    args = {**_connect_args(url), "db": None, "autocommit": True}
+    conn = await asyncmy.connect(**args)
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+            await cur.execute(f"CREATE DATABASE `{name}`")
+    finally:
+        conn.close()
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+async def _facts(url: str) -> dict[str, Any]:
+    db = open_database(url, pool_max=1)
+    await db.connect()
+    try:
+        return await server_facts(db)
+    finally:
+        await db.close()
+
+
+def run_suite(
+    *,
+    url: str | None,
+    tasks: int,
+    capacities: list[int],
+    modes: list[str],
+    processes: int,
+    baseline_tasks: int,
+    out: Path,
+) -> int:
+    server: AbstractContextManager[Any]
+    if url is None:
+        from tests.harness.mariadb import MariaDBServer
+
+        server = MariaDBServer()
+    else:
+        server = nullcontext()
+    baselines: list[BaselineResult] = []
+    results: list[ThroughputResult] = []
+    with server as harness:
+
+        def database(name: str) -> str:
+            if harness is None:
+                assert url is not None
+                return asyncio.run(fresh_database(url, name))
+            harness.drop_database(name)
+            return str(harness.create_database(name))
+
+        raw = database("bench_raw")
+        facts = asyncio.run(_facts(raw))
+        for per_tx in (100, 1):
+            count = baseline_tasks if per_tx > 1 else max(8, baseline_tasks // 20)
+            found = asyncio.run(run_baseline(raw, tasks=count, per_tx=per_tx))
+            baselines.append(found)
+            print(json.dumps({"baseline": asdict(found)}), flush=True)
+        for capacity in capacities:
+            for mode in modes:
+                found_t = run_throughput(
+                    database(f"bench_{mode.replace('-', '_')}_{capacity}"),
+                    mode=mode,
+                    tasks=tasks,
+                    capacity=capacity,
+                    processes=processes,
+                )
+                results.append(found_t)
+                print(json.dumps({"throughput": asdict(found_t)}), flush=True)
+    report = write_report(out, baselines, results, facts)
+    print(f"report: {report}")
+    return 0
+
+
+def write_report(
+    out: Path,
+    baselines: list[BaselineResult],
+    results: list[ThroughputResult],
+    facts: dict[str, Any],
+) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    machine = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "database": facts,
+    }
+    batched = next((b.tasks_per_s for b in baselines if b.per_transaction > 1), 0.0)
+    data = {
+        "scenario": "throughput",
+        "machine": machine,
+        "baseline": [asdict(b) for b in baselines],
+        "results": [asdict(r) for r in results],
+    }
+    (out / f"throughput-{stamp}.json").write_text(json.dumps(data, indent=2))
+    lines = [
+        f"# Throughput ({stamp})",
+        "",
+        f"Machine: {machine['cpus']} CPUs, Python {machine['python']}, {machine['platform']}; "
+        f"database {facts.get('version')}, innodb_flush_log_at_trx_commit="
+        f"{facts.get('innodb_flush_log_at_trx_commit')}, sync_binlog={facts.get('sync_binlog')}.",
+        "",
+        "Raw-database baseline (insert → claim with SKIP LOCKED + update → done; no Orbit code):",
+        "",
+        "| tasks per transaction | lanes | tasks | tasks/s |",
+        "| ---: | ---: | ---: | ---: |",
+    ]
+    lines += [
+        f"| {b.per_transaction} | {b.lanes} | {b.tasks:,} | {b.tasks_per_s:,} |" for b in baselines
+    ]
+    lines += [
+        "",
+        "Orbit end to end (HTTP submit in batches of 1,000 → SDK workers → result):",
+        "",
+        "| mode | capacity | worker processes | tasks | seconds | tasks/s | of batched baseline |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    lines += [
+        f"| {r.mode} | {r.capacity} | {r.worker_processes} | {r.tasks:,} | {r.seconds} | "
+        f"{r.tasks_per_s:,} | {r.tasks_per_s / batched:.1%} |"
+        if batched
+        else f"| {r.mode} | {r.capacity} | {r.worker_processes} | {r.tasks:,} | {r.seconds} | "
+        f"{r.tasks_per_s:,} | — |"
+        for r in results
+    ]
+    path = out / f"throughput-{stamp}.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path

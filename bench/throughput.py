@@ -1,0 +1,113 @@
+"""End-to-end throughput: no-op tasks submitted over HTTP in batches and processed by SDK
+worker processes (``orbit-worker``) through one ``orbit server``, on MariaDB with durable
+settings — beside the raw-database baseline of the same run.
+
+- **burn-down**: the queue is paused, every task is submitted, the workers connect, then the
+  queue is resumed and the clock runs until the last task has succeeded;
+- **steady**: the workers are connected first; the clock runs from the first submit (batches
+  sent one after another) until the last task has succeeded.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import orbit_sdk
+from tests.support.processes import OrbitProcess, run_orbit
+
+ROOT = Path(__file__).resolve().parents[1]
+SUBMIT_BATCH = 1000
+
+
+@dataclass
+class ThroughputResult:
+    mode: str
+    capacity: int
+    worker_processes: int
+    tasks: int
+    seconds: float
+    tasks_per_s: float
+
+
+class Stack:
+    """One Orbit server and its database, with a key that may submit, operate and work."""
+
+    def __init__(self, url: str) -> None:
+        self.env = {"ORBIT_DATABASE_URL": url, "ORBIT_LOG_LEVEL": "warning"}
+        if run_orbit("migrate", env=self.env).code != 0:
+            raise RuntimeError("orbit migrate failed")
+        created = run_orbit(
+            "keys", "create", "--tenant", "bench", "--environment", "bench", "--role", "submitter",
+            "--role", "operator", "--role", "worker", env=self.env,
+        )  # fmt: skip
+        self.key = created.stdout.strip().splitlines()[-1]
+        self.server = OrbitProcess(["server", "--port", "0", "--host", "127.0.0.1"], env=self.env)
+        self.url = self.server.wait_for("ORBIT_URL")["ORBIT_URL"]
+        self.workers: list[OrbitProcess] = []
+
+    def start_workers(self, processes: int, capacity: int) -> None:
+        command = str(Path(sys.executable).parent / "orbit-worker")
+        per_process = max(1, capacity // processes)
+        env = {"ORBIT_URL": self.url, "ORBIT_API_KEY": self.key, "PYTHONPATH": str(ROOT)}
+        for _ in range(processes):
+            args = [command, "bench.noop_worker:worker", "--concurrency", str(per_process)]
+            self.workers.append(OrbitProcess.command([*args, "--log-level", "warning"], env=env))
+
+    def close(self) -> None:
+        for proc in [*self.workers, self.server]:
+            proc.stop(timeout=30)
+
+
+def _wait(client: orbit_sdk.Client, check: str, target: int, timeout: float) -> None:
+    """Poll the queue until ``check`` (a count or ``workers``) reaches ``target``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        queues = [q for q in client.list_queues() if q.name == "bench"]
+        if queues:
+            value = queues[0].workers if check == "workers" else queues[0].counts.get(check, 0)
+            if value >= target:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"the queue did not reach {check} = {target} within {timeout} s")
+
+
+def _submit(client: orbit_sdk.Client, count: int) -> None:
+    sent = 0
+    while sent < count:
+        size = min(SUBMIT_BATCH, count - sent)
+        client.submit_many([{"queue": "bench", "type": "noop"}] * size)
+        sent += size
+
+
+def run_throughput(
+    url: str, *, mode: str, tasks: int, capacity: int, processes: int
+) -> ThroughputResult:
+    stack = Stack(url)
+    try:
+        with orbit_sdk.Client(stack.url, stack.key, timeout=120) as client:
+            if mode == "burn-down":
+                client.update_queue("bench", paused=True)
+                _submit(client, tasks)
+                stack.start_workers(processes, capacity)
+                _wait(client, "workers", processes, 60)
+                started = time.perf_counter()
+                client.update_queue("bench", paused=False)
+            else:
+                client.update_queue("bench", paused=False)  # the queue exists: workers count
+                stack.start_workers(processes, capacity)
+                _wait(client, "workers", processes, 60)
+                started = time.perf_counter()
+                _submit(client, tasks)
+            _wait(client, "succeeded", tasks, 1800)
+            seconds = time.perf_counter() - started
+    except TimeoutError as exc:
+        logs = "".join(w.stderr[-800:] for w in stack.workers) + stack.server.stderr[-1500:]
+        raise TimeoutError(f"{exc}; the processes said:\n{logs}") from None
+    finally:
+        stack.close()
+    return ThroughputResult(
+        mode, capacity, processes, tasks, round(seconds, 3), round(tasks / seconds, 1)
+    )
