@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
         "--mode", choices=["burn-down", "steady"], action="append", help="default: both"
     )
     tp.add_argument("--processes", type=int, default=2, help="SDK worker processes")
+    tp.add_argument(
+        "--server-processes", type=int, default=1, help="orbit server --processes (default 1)"
+    )
     tp.add_argument("--baseline-tasks", type=int, default=40_000, help="tasks of the baseline")
     tp.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
     tp.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
@@ -55,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             capacities=args.capacity or ([8] if args.smoke else [8, 64, 256]),
             modes=args.mode or ["burn-down", "steady"],
             processes=args.processes,
+            server_processes=args.server_processes,
             baseline_tasks=800 if args.smoke else args.baseline_tasks,
             out=args.out,
         )

@@ -27,6 +27,7 @@ class ThroughputResult:
     mode: str
     capacity: int
     worker_processes: int
+    server_processes: int
     tasks: int
     seconds: float
     tasks_per_s: float
@@ -35,7 +36,7 @@ class ThroughputResult:
 class Stack:
     """One Orbit server and its database, with a key that may submit, operate and work."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, server_processes: int = 1) -> None:
         self.env = {"ORBIT_DATABASE_URL": url, "ORBIT_LOG_LEVEL": "warning"}
         if run_orbit("migrate", env=self.env).code != 0:
             raise RuntimeError("orbit migrate failed")
@@ -44,7 +45,10 @@ class Stack:
             "--role", "operator", "--role", "worker", env=self.env,
         )  # fmt: skip
         self.key = created.stdout.strip().splitlines()[-1]
-        self.server = OrbitProcess(["server", "--port", "0", "--host", "127.0.0.1"], env=self.env)
+        self.server = OrbitProcess(
+            ["server", "--port", "0", "--host", "127.0.0.1", "--processes", str(server_processes)],
+            env=self.env,
+        )
         self.url = self.server.wait_for("ORBIT_URL")["ORBIT_URL"]
         self.workers: list[OrbitProcess] = []
 
@@ -83,9 +87,9 @@ def _submit(client: orbit_sdk.Client, count: int) -> None:
 
 
 def run_throughput(
-    url: str, *, mode: str, tasks: int, capacity: int, processes: int
+    url: str, *, mode: str, tasks: int, capacity: int, processes: int, server_processes: int = 1
 ) -> ThroughputResult:
-    stack = Stack(url)
+    stack = Stack(url, server_processes)
     try:
         with orbit_sdk.Client(stack.url, stack.key, timeout=120) as client:
             if mode == "burn-down":
@@ -109,5 +113,6 @@ def run_throughput(
     finally:
         stack.close()
     return ThroughputResult(
-        mode, capacity, processes, tasks, round(seconds, 3), round(tasks / seconds, 1)
-    )
+        mode, capacity, processes, server_processes, tasks, round(seconds, 3),
+        round(tasks / seconds, 1),
+    )  # fmt: skip

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
-from orbit_server.store.url import InvalidDatabaseUrl, parse_database_url
+from orbit_server.store.url import InvalidDatabaseUrl, SQLiteUrl, parse_database_url
 
 
 class SettingsError(ValueError):
@@ -53,6 +53,9 @@ class Settings:
     host: str = _setting("127.0.0.1", "Address the HTTP/WebSocket listener binds")
     port: int = _setting(7070, "Port of the HTTP/WebSocket listener", minimum=0)
     node_id: str = _setting("", "This instance's name in leases and logs (default: host-pid)")
+    processes: int = _setting(
+        1, "orbit server only: server processes sharing the listener, each its own node", minimum=1
+    )
     roles: frozenset[ServerRole] = _setting(
         frozenset(ServerRole), "Comma-separated roles this instance runs, or 'all'"
     )
@@ -152,9 +155,11 @@ class Settings:
 
         if self.database_url:
             try:
-                parse_database_url(self.database_url)
+                parsed = parse_database_url(self.database_url)
             except InvalidDatabaseUrl as exc:
                 fail("database_url", str(exc))
+            if self.processes > 1 and isinstance(parsed, SQLiteUrl):
+                fail("processes", "SQLite serves one process; use MySQL or MariaDB for several")
         if self.port > 65535:
             fail("port", "must be at most 65535")
         if self.log_level not in ("debug", "info", "warning", "error"):
@@ -200,6 +205,16 @@ class Settings:
                 "must be at least twice ORBIT_MAX_TASK_TIMEOUT_MS so results outlive the "
                 "longest attempt",
             )
+
+    def as_environment(self) -> dict[str, str]:
+        """The settings as ``ORBIT_*`` variables, to start another process with them."""
+        out: dict[str, str] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, frozenset):
+                value = ",".join(sorted(str(v) for v in value))
+            out[_env_name(f.name)] = str(value)
+        return out
 
     def public_dict(self) -> dict[str, Any]:
         """The settings with secrets masked, for logs and diagnostics."""

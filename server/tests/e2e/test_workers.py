@@ -267,3 +267,22 @@ def test_the_example_worker_runs_against_orbit_dev(tmp_path: Path) -> None:
             assert worker.stop() == 0
     finally:
         assert dev.stop() == 0
+
+
+def test_one_server_command_runs_several_processes(cluster: Cluster) -> None:
+    proc = OrbitProcess(
+        ["server", "--port", "0", "--host", "127.0.0.1", "--node-id", "multi", "--processes", "2"],
+        env={**cluster.env, **LEASE},
+    )
+    cluster.servers.append(proc)
+    url = proc.wait_for("ORBIT_URL")["ORBIT_URL"]
+    cluster.worker(url)
+    cluster.worker(url)
+    with cluster.client(url) as client:
+        tasks = client.submit_many([{"queue": "e2e", "type": "noop", "params": {"n": i}}
+                                    for i in range(20)])  # fmt: skip
+        done = [client.wait_for_task(t.id, timeout=30) for t in tasks]
+        nodes = {a.node for t in tasks for a in client.task_attempts(t.id)}
+    assert all(t.state == "succeeded" for t in done)
+    assert nodes and nodes <= {"multi-1", "multi-2"}
+    assert proc.stop() == 0  # the signal reaches both processes, which drain and exit

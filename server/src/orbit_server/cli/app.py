@@ -140,6 +140,10 @@ def server(
     }
     settings = load_settings(flags, defaults={"host": "0.0.0.0"})  # noqa: S104
     require_database_url(settings)
+    if settings.processes > 1:
+        from orbit_server.cli.serve import supervise_processes
+
+        raise typer.Exit(supervise_processes(settings))
     raise typer.Exit(run(lambda: serve_production(settings)))
 
 

@@ -7,6 +7,8 @@ import contextlib
 import os
 import signal
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,6 +67,46 @@ async def serve_dev(settings: Settings, data_dir: Path) -> int:
         return report_error(str(exc))
     token = await ensure_dev_key(node, data_dir)
     return await serve(node, announce_key=token)
+
+
+LISTEN_FD = "ORBIT_LISTEN_FD"  # set by a parent ``orbit server --processes N`` for its children
+
+
+def supervise_processes(settings: Settings) -> int:
+    """``orbit server --processes N``: bind the listener once, start N server processes that
+    share it (each its own node, ``<node-id>-1`` … ``-N``), pass SIGINT/SIGTERM on to them and
+    wait for them all. The kernel spreads connections over the processes."""
+    configure_logging(settings.log_level, settings.log_format)
+    try:
+        sock = bind_listener(settings.host, settings.port)
+    except OSError as exc:
+        return report_error(f"cannot listen on {settings.host}:{settings.port}: {exc}")
+    sock.listen(2048)
+    env = {**os.environ, **settings.as_environment(), LISTEN_FD: str(sock.fileno())}
+    children = []
+    for i in range(1, settings.processes + 1):
+        child_env = {**env, "ORBIT_PROCESSES": "1", "ORBIT_NODE_ID": f"{settings.node_id}-{i}"}
+        children.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "orbit_server", "server"],
+                env=child_env,
+                pass_fds=(sock.fileno(),),
+            )
+        )
+
+    def forward(signum: int, frame: object) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, forward)
+    port = sock.getsockname()[1]
+    print(f"ORBIT_URL=http://{public_host(settings.host)}:{port}", flush=True)
+    log.info("serving with processes", processes=settings.processes, port=port)
+    codes = [child.wait() for child in children]
+    sock.close()
+    return max(codes)
 
 
 async def serve_production(settings: Settings) -> int:
@@ -141,8 +183,12 @@ def bind_listener(host: str, port: int) -> socket.socket:
 async def serve(node: Node, *, announce_key: str | None = None) -> int:
     """Serve until SIGINT/SIGTERM, then drain and close. Prints ORBIT_URL once listening."""
     settings = node.settings
+    inherited = os.environ.get(LISTEN_FD)
     try:
-        sock = bind_listener(settings.host, settings.port)
+        if inherited is not None:  # one of several processes: the parent bound the listener
+            sock = socket.socket(fileno=int(inherited))
+        else:
+            sock = bind_listener(settings.host, settings.port)
     except OSError as exc:
         await node.stop()
         where = f"{settings.host}:{settings.port}"
@@ -182,7 +228,8 @@ async def serve(node: Node, *, announce_key: str | None = None) -> int:
         if server.started:
             port = sock.getsockname()[1]
             host = public_host(settings.host)
-            print(f"ORBIT_URL=http://{host}:{port}", flush=True)
+            if inherited is None:  # the parent announced it
+                print(f"ORBIT_URL=http://{host}:{port}", flush=True)
             if announce_key is not None:
                 print(f"ORBIT_API_KEY={announce_key}", flush=True)
             log.info("listening", url=f"http://{host}:{port}", node=settings.node_id)
