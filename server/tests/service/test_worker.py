@@ -545,6 +545,7 @@ async def test_a_closed_gates_tasks_wait_outside_the_claim_range(
     await node.gates.set_open(SCOPE, gate, open_=True)  # opening an open gate changes nothing
 
 
+@pytest.mark.covers("tasks_start_many")
 async def test_a_repeated_start_of_a_running_attempt_answers_started(node: Node) -> None:
     await submit(node, 2)
     first, second = await claim(node)
@@ -568,6 +569,7 @@ async def test_a_failure_of_unsafe_work_goes_to_review_unless_vouched_safe(node:
         assert (await node.tasks.get(SCOPE, task_id)).state == by_id[task_id]
 
 
+@pytest.mark.covers("tasks_lock_many", "tasks_succeed_many")
 async def test_many_results_in_one_transaction_get_an_outcome_each(node: Node) -> None:
     from orbit_server.pulse.states import Event
     from orbit_server.pulse.worker import Report

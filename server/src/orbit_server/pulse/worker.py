@@ -335,11 +335,49 @@ class WorkerService:
 
         async def unit(tx: Tx) -> list[StartAnswer]:
             now = self._clock.now()
-            return [await self._start_one(tx, ref, now) for ref in refs]
+            answers: dict[int, StartAnswer] = await self._start_together(tx, refs, now)
+            for i, ref in enumerate(refs):
+                if i not in answers:
+                    answers[i] = await self._start_one(tx, ref, now)
+            return [answers[i] for i in range(len(refs))]
 
         answers = await self._db.run(unit)
         for ref in refs:
             self._watch.notify(ref.task_id)
+        return answers
+
+    async def _start_together(
+        self, tx: Tx, refs: Sequence[LeaseRef], now: datetime
+    ) -> dict[int, StartAnswer]:
+        """The common case in bulk: leased tasks without a gate whose leases hold start
+        together, a few statements per distinct timeout. Answers the indexes it handled; the
+        rest go one by one."""
+        rows = await lstore.tasks_lock_many(tx, [r.task_id for r in refs])
+        groups: dict[int, list[int]] = defaultdict(list)  # timeout → indexes
+        seen: set[str] = set()
+        for i, ref in enumerate(refs):
+            task = rows.get(ref.task_id)
+            if (
+                task is not None
+                and task.id not in seen
+                and (task.lease_epoch, task.lease_token) == (ref.attempt, ref.lease_token)
+                and task.state == TaskState.LEASED
+                and task.gate_id is None
+                and not _expired(task, now)
+            ):
+                decide(TaskState.LEASED, Event.START)
+                groups[task.timeout_ms].append(i)
+                seen.add(task.id)
+        answers: dict[int, StartAnswer] = {}
+        for timeout_ms, indexes in sorted(groups.items()):
+            deadline = now + timedelta(milliseconds=timeout_ms)
+            expires_at = min(now + self._lease, deadline)
+            await lstore.tasks_start_many(
+                tx, [refs[i].task_id for i in indexes], expires_at=expires_at,
+                deadline_at=deadline, now=now,
+            )  # fmt: skip
+            for i in indexes:
+                answers[i] = StartAnswer(refs[i], StartVerdict.STARTED, expires_at, deadline)
         return answers
 
     async def _start_one(self, tx: Tx, ref: LeaseRef, now: datetime) -> StartAnswer:
@@ -424,26 +462,75 @@ class WorkerService:
 
         async def unit(tx: Tx) -> list[Outcome]:
             now = self._clock.now()
-            locked: dict[int, TaskRecord | None] = {}
-            for i in sorted(range(len(reports)), key=lambda i: reports[i].ref.task_id):
-                ref = reports[i].ref
-                locked[i] = await lstore.task_lock_fenced(
-                    tx, ref.task_id, ref.attempt, ref.lease_token
+            rows = await lstore.tasks_lock_many(tx, [r.ref.task_id for r in reports])
+            locked: list[TaskRecord | None] = []
+            for report in reports:  # fenced: the row only if this lease still holds it
+                task = rows.get(report.ref.task_id)
+                holds = task is not None and (task.lease_epoch, task.lease_token) == (
+                    report.ref.attempt,
+                    report.ref.lease_token,
                 )
+                locked.append(task if holds else None)
             outcomes: list[Outcome] = [Outcome.STALE] * len(reports)
+            done = await self._succeed_together(tx, reports, locked, now)
+            for i in done:
+                outcomes[i] = Outcome.ACCEPTED
 
             def queue_order(i: int) -> tuple[str, str]:
                 task = locked[i]
                 return ("" if task is None else task.queue, reports[i].ref.task_id)
 
-            for i in sorted(range(len(reports)), key=queue_order):
-                outcomes[i] = await self._report_locked(tx, reports[i], locked[i], now)
+            rest = [i for i in range(len(reports)) if i not in done]
+            for i in sorted(rest, key=queue_order):
+                ref = reports[i].ref  # read again: an earlier item may have changed the row
+                fresh = await lstore.task_lock_fenced(tx, ref.task_id, ref.attempt, ref.lease_token)
+                outcomes[i] = await self._report_locked(tx, reports[i], fresh, now)
             return outcomes
 
         outcomes = await self._db.run(unit)
         for report in reports:
             self._watch.notify(report.ref.task_id)
         return outcomes
+
+    async def _succeed_together(
+        self,
+        tx: Tx,
+        reports: Sequence[Report],
+        locked: Sequence[TaskRecord | None],
+        now: datetime,
+    ) -> set[int]:
+        """The common case in bulk: successes of running attempts whose leases hold. The same
+        transition for every one of them (``running`` → ``succeeded``, permits back, a result
+        event), written set by set. Answers the indexes it handled."""
+        picked = []
+        seen: set[str] = set()  # a report sent twice in one batch: the second one waits
+        for i, (report, task) in enumerate(zip(reports, locked, strict=True)):
+            if (
+                report.event is Event.COMPLETE
+                and task is not None
+                and task.id not in seen
+                and task.state == TaskState.RUNNING
+                and not _expired(task, now)
+            ):
+                decide(TaskState.RUNNING, Event.COMPLETE)
+                picked.append(i)
+                seen.add(task.id)
+        if not picked:
+            return set()
+        tasks = [t for i in picked if (t := locked[i]) is not None]
+        await lstore.tasks_succeed_many(tx, tasks, [reports[i].result for i in picked], now)
+        per_queue: dict[tuple[Scope, str], int] = defaultdict(int)
+        per_key: dict[tuple[Scope, str, str], int] = defaultdict(int)
+        for task in tasks:
+            per_queue[(task.scope, task.queue)] += 1
+            if task.concurrency_key is not None:
+                per_key[(task.scope, task.queue, task.concurrency_key)] += 1
+        for (scope, queue), count in sorted(per_queue.items()):
+            await store.queue_add_counts(tx, scope, queue, active=-count, now=now)
+        for (scope, queue, key), count in sorted(per_key.items()):
+            await store.key_permit_add(tx, scope, queue, key, -count, now)
+            await admit_key(tx, scope, queue, key, now)
+        return set(picked)
 
     async def _report_locked(
         self, tx: Tx, report: Report, task: TaskRecord | None, now: datetime

@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from orbit_server.ids import new_id
 from orbit_server.scope import Scope
 from orbit_server.store.base import Tx
 from orbit_server.store.pulse import (
@@ -266,6 +267,65 @@ async def tasks_lease_many(
         },
     )
     return await tasks_get_many(tx, task_ids)
+
+
+async def tasks_lock_many(tx: Tx, task_ids: Sequence[str]) -> dict[str, TaskRecord]:
+    """Lock many task rows in id order (one statement); answers them by id."""
+    if not task_ids:
+        return {}
+    rows = await tx.fetch_all("tasks_lock_many", {"task_ids": sorted(set(task_ids))})
+    return {str(r["id"]): task_from_row(r) for r in rows}
+
+
+async def tasks_succeed_many(
+    tx: Tx, tasks: Sequence[TaskRecord], results: Sequence[Any], now: datetime
+) -> None:
+    """Running tasks (locked by the caller) to ``succeeded`` with their results, their
+    attempts ended ``completed`` and their result events written: a few statements for the
+    whole batch (a result other than ``None`` costs one more each)."""
+    if not tasks:
+        return
+    ids = [t.id for t in tasks]
+    await tx.execute("tasks_succeed_many", {"task_ids": ids, "now": now})
+    for task, result in zip(tasks, results, strict=True):
+        if result is not None:
+            await tx.execute("task_result_set", {"id": task.id, "result": _json(result)})
+    await tx.execute(
+        "attempts_end_running_many",
+        {"task_ids": ids, "state": "succeeded", "cause": "completed", "now": now},
+    )
+    await tx.execute_many(
+        "task_event_insert_many",
+        [
+            {
+                **_scope(t.scope),
+                "id": new_id("evt_"),
+                "task_id": t.id,
+                "attempt": t.lease_epoch,
+                "seq": t.event_seq + 1,
+                "state": "succeeded",
+                "owner_kind": t.owner_kind,
+                "owner_id": t.owner_id,
+                "created_at": now,
+            }
+            for t in tasks
+        ],
+    )
+
+
+async def tasks_start_many(
+    tx: Tx, task_ids: Sequence[str], *, expires_at: datetime, deadline_at: datetime, now: datetime
+) -> None:
+    """Leased tasks (locked by the caller) start: running, one more attempt, lease and deadline
+    set, their attempt rows marked started — two statements for the batch."""
+    if not task_ids:
+        return
+    ids = list(task_ids)
+    await tx.execute(
+        "tasks_start_many",
+        {"task_ids": ids, "expires_at": expires_at, "deadline_at": deadline_at, "now": now},
+    )
+    await tx.execute("attempts_start_many", {"task_ids": ids, "expires_at": expires_at, "now": now})
 
 
 async def tasks_get_many(tx: Tx, task_ids: Sequence[str]) -> list[TaskRecord]:

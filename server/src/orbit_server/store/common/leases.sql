@@ -107,3 +107,32 @@ SELECT DISTINCT concurrency_key FROM tasks
 -- name: ready_exists
 SELECT task_id FROM task_ready
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue LIMIT 1
+
+-- name: tasks_succeed_many
+-- Running tasks whose workers reported success, in one statement; results are set apart.
+UPDATE tasks SET state = 'succeeded', result = NULL, error = NULL, finished_at = :now,
+       lease_expires_at = NULL, deadline_at = NULL, event_seq = event_seq + 1, updated_at = :now
+ WHERE id IN (:task_ids) AND state = 'running'
+
+-- name: task_result_set
+UPDATE tasks SET result = :result WHERE id = :id
+
+-- name: attempts_end_running_many
+UPDATE task_attempts SET state = :state, cause = :cause, ended_at = :now,
+       lease_expires_at = NULL, error = NULL
+ WHERE task_id IN (:task_ids) AND state = 'running'
+
+-- name: task_event_insert_many
+INSERT INTO task_events (id, tenant, environment, task_id, attempt, seq, state, owner_kind,
+                         owner_id, processed, created_at, processed_at)
+VALUES (:id, :tenant, :environment, :task_id, :attempt, :seq, :state, :owner_kind, :owner_id, 0,
+        :created_at, NULL)
+
+-- name: tasks_start_many
+UPDATE tasks SET state = 'running', attempts = attempts + 1, lease_expires_at = :expires_at,
+       deadline_at = :deadline_at, updated_at = :now
+ WHERE id IN (:task_ids) AND state = 'leased'
+
+-- name: attempts_start_many
+UPDATE task_attempts SET state = 'running', started_at = :now, lease_expires_at = :expires_at
+ WHERE task_id IN (:task_ids) AND state = 'leased'

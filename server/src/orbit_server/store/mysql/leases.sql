@@ -63,3 +63,6 @@ SELECT t.id FROM tasks t FORCE INDEX (tasks_key)
    AND (t.gate_id IS NULL OR g.open = 1)
  ORDER BY t.priority DESC, t.run_at, t.id
  LIMIT :limit
+
+-- name: tasks_lock_many
+SELECT * FROM tasks WHERE id IN (:task_ids) ORDER BY id FOR UPDATE

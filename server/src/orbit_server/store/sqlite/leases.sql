@@ -61,3 +61,6 @@ SELECT t.id FROM tasks t INDEXED BY tasks_key
    AND (t.gate_id IS NULL OR g.open = 1)
  ORDER BY t.priority DESC, t.run_at, t.id
  LIMIT :limit
+
+-- name: tasks_lock_many
+SELECT * FROM tasks WHERE id IN (:task_ids) ORDER BY id
