@@ -11,6 +11,7 @@ from orbit_server.clock import FakeClock
 from orbit_server.pulse.model import Owner, TaskSpec, new_task
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
+from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
 from orbit_server.store.base import DuplicateKey
 from orbit_server.store.pulse import TaskEventRecord, TaskRecord
@@ -145,6 +146,21 @@ async def test_an_idempotency_key_is_unique_per_scope(db: Database, clock: FakeC
     await insert(db, task(clock, "t4", OTHER, idempotency_key="k"))  # another scope: fine
     with pytest.raises(DuplicateKey):
         await insert(db, task(clock, "t5", idempotency_key="k"))
+
+
+@pytest.mark.covers("tasks_insert_many", "task_ready_insert_many")
+async def test_many_tasks_and_ready_rows_go_in_at_once(db: Database, clock: FakeClock) -> None:
+    many = [task(clock, f"m{i}", params={"i": i}) for i in range(5)]
+
+    async def unit(tx: Tx) -> tuple[list[TaskRecord | None], bool]:
+        await store.tasks_insert_many(tx, many)
+        await store.task_ready_insert_many(tx, many[:2])
+        await store.tasks_insert_many(tx, [])  # nothing to do
+        found = [await store.task_get(tx, SCOPE, t.id) for t in many]
+        return found, await lstore.ready_exists(tx, SCOPE, many[0].queue)
+
+    found, ready = await db.run(unit)
+    assert found == many and ready
 
 
 @pytest.mark.covers("task_list")

@@ -135,7 +135,23 @@ class TaskService:
         gate_ids = sorted({g for i in fresh if (g := tasks[i].gate_id) is not None})
         gates = await lstore.gates_open(tx, gate_ids)
         keys: set[tuple[str, str]] = set()
+        # Tasks without an idempotency key cannot collide: one multi-row insert for them all.
+        plain = [i for i in fresh if tasks[i].idempotency_key is None]
+        await store.tasks_insert_many(tx, [tasks[i] for i in plain])
+        ready = []
+        for i in plain:
+            task = tasks[i]
+            results[i] = Submitted(task, created=True)
+            if task.state != TaskState.PENDING:
+                continue
+            if task.concurrency_key is not None:
+                keys.add((task.queue, task.concurrency_key))
+            elif task.gate_id is None or gates.get(task.gate_id, False):
+                ready.append(task)
+        await store.task_ready_insert_many(tx, ready)
         for i in fresh:
+            if results[i] is not None:
+                continue
             task = tasks[i]
             try:
                 await store.task_insert(tx, task)

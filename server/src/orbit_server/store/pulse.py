@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -347,6 +348,18 @@ def task_insert_params(task: TaskRecord) -> dict[str, Any]:
 async def task_insert(tx: Tx, task: TaskRecord) -> None:
     """Insert a new task; DuplicateKey when its idempotency key is taken."""
     await tx.execute("task_insert", task_insert_params(task))
+
+
+async def tasks_insert_many(tx: Tx, tasks: Sequence[TaskRecord]) -> None:
+    """Insert tasks without idempotency keys in one multi-row statement."""
+    if tasks:
+        await tx.execute_many("task_insert", [task_insert_params(t) for t in tasks])
+
+
+async def task_ready_insert_many(tx: Tx, tasks: Sequence[TaskRecord]) -> None:
+    """Put pending tasks (no concurrency key, gate open or none) into the claim range."""
+    if tasks:
+        await tx.execute_many("task_ready_insert", [task_ready_params(t) for t in tasks])
 
 
 async def task_get(tx: Tx, scope: Scope, task_id: str, *, lock: bool = False) -> TaskRecord | None:
