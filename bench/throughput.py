@@ -74,7 +74,7 @@ def _wait(client: orbit_sdk.Client, check: str, target: int, timeout: float) -> 
             value = queues[0].workers if check == "workers" else queues[0].counts.get(check, 0)
             if value >= target:
                 return
-        time.sleep(0.05)
+        time.sleep(0.1)  # counting the queue's states costs the server a scan; not too often
     raise TimeoutError(f"the queue did not reach {check} = {target} within {timeout} s")
 
 
