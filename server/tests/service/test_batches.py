@@ -75,3 +75,18 @@ async def test_a_batch_of_starts_mixes_bulk_and_one_by_one_answers(node: Node) -
     assert (task.state, task.attempts) == ("running", 1)
     [attempt] = await node.tasks.attempts(SCOPE, short.task.id)
     assert attempt.state == "running" and attempt.started_at is not None
+
+
+async def test_one_transaction_claims_for_several_sessions(node: Node) -> None:
+    from orbit_server.pulse.worker import ClaimRequest
+    from tests.service.test_worker import BOB
+
+    await node.tasks.submit_many(SCOPE, [TaskSpec(queue="a", type="t")] * 5)
+    want = (Want("a", "t", 10),)
+    alice, bob = await node.workers.claim_many(
+        SCOPE, [ClaimRequest(ALICE, want, 2), ClaimRequest(BOB, want, 10)]
+    )
+    assert (len(alice), len(bob)) == (2, 3)
+    assert {lease.ref.lease_token for lease in alice} != {lease.ref.lease_token for lease in bob}
+    assert {lease.task.session_id for lease in bob} == {BOB.session_id}
+    assert not {lease.task.id for lease in alice} & {lease.task.id for lease in bob}

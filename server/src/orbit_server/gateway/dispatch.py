@@ -17,7 +17,7 @@ import structlog
 from orbit_server.errors import Unavailable
 from orbit_server.observability.metrics import Metrics
 from orbit_server.pulse.watch import TaskWatch
-from orbit_server.pulse.worker import Lease, Session, Want, WorkerService
+from orbit_server.pulse.worker import ClaimRequest, Lease, Session, Want, WorkerService
 from orbit_server.scope import Scope
 
 log = structlog.get_logger("orbit.dispatch")
@@ -154,26 +154,32 @@ class Dispatcher:
         found = self._receivers.get(key, [])
         if len(found) > 1:
             found.append(found.pop(0))
+        # Reserve credits and the node's budget before the claim, so that other queues'
+        # loops see them taken while it runs; what was not leased is given back.
+        takes: list[tuple[Receiver, int]] = []
         for receiver in ready:
             take = min(receiver.credits, self._max_leases - self._inflight)
             if take <= 0:
                 break
-            # Reserved before the claim, so that other queues' loops see credits and the
-            # node's budget taken while it runs; what was not leased is given back.
             receiver.credits -= take
             self._inflight += take
-            started = time.perf_counter()
-            leases: list[Lease] = []
-            try:
-                leases = await self._workers.claim(
-                    scope, receiver.session, receiver.wants(queue, take), limit=take
-                )
-            finally:
+            takes.append((receiver, take))
+        started = time.perf_counter()
+        results: list[list[Lease]] = [[] for _ in takes]
+        try:
+            results = await self._workers.claim_many(
+                scope,
+                [ClaimRequest(r.session, tuple(r.wants(queue, take)), take) for r, take in takes],
+            )
+        finally:
+            for (receiver, take), leases in zip(takes, results, strict=True):
                 receiver.credits += take - len(leases)
                 self._inflight -= take - len(leases)
+        if any(results):
+            self._metrics.claim_seconds.observe(time.perf_counter() - started)
+        for (receiver, _), leases in zip(takes, results, strict=True):
             if not leases:
                 continue
-            self._metrics.claim_seconds.observe(time.perf_counter() - started)
             progressed = True
             if not receiver.deliver(leases):
                 # The connection went away between claim and send: give the work back now

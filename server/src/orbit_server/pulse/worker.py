@@ -61,6 +61,15 @@ class Want:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """One session's share of a node's claim: its wants and how many it may take."""
+
+    session: Session
+    wants: tuple[Want, ...]
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
 class LeaseRef:
     task_id: str
     attempt: int
@@ -160,26 +169,37 @@ class WorkerService:
         self, scope: Scope, session: Session, wants: Sequence[Want], *, limit: int
     ) -> list[Lease]:
         """Lease up to ``limit`` tasks for the session's free capacity, in one transaction."""
-        if limit <= 0:
-            return []
+        [leases] = await self.claim_many(scope, [ClaimRequest(session, tuple(wants), limit)])
+        return leases
 
-        async def unit(tx: Tx) -> list[Lease]:
+    async def claim_many(self, scope: Scope, requests: Sequence[ClaimRequest]) -> list[list[Lease]]:
+        """Claims for several sessions (one node's connections) in one transaction; each
+        session's leases carry their own token."""
+        if all(r.limit <= 0 for r in requests):
+            return [[] for _ in requests]
+
+        async def unit(tx: Tx) -> list[list[Lease]]:
             now = self._clock.now()
-            token = new_id("lse_")
-            budget = limit
-            leases: list[Lease] = []
-            for want in sorted(wants, key=lambda w: (w.queue, w.type)):
-                if budget <= 0:
-                    break
-                take = min(budget, want.free)
-                if take <= 0:
-                    continue
-                got = await self._claim_one(tx, scope, session, want, take, token, now)
-                leases.extend(got)
-                budget -= len(got)
-            return leases
+            return [await self._claim_for(tx, scope, request, now) for request in requests]
 
         return await self._db.run(unit)
+
+    async def _claim_for(
+        self, tx: Tx, scope: Scope, request: ClaimRequest, now: datetime
+    ) -> list[Lease]:
+        token = new_id("lse_")
+        budget = request.limit
+        leases: list[Lease] = []
+        for want in sorted(request.wants, key=lambda w: (w.queue, w.type)):
+            if budget <= 0:
+                break
+            take = min(budget, want.free)
+            if take <= 0:
+                continue
+            got = await self._claim_one(tx, scope, request.session, want, take, token, now)
+            leases.extend(got)
+            budget -= len(got)
+        return leases
 
     async def _claim_one(
         self,
