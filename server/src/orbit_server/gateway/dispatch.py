@@ -144,16 +144,15 @@ class Dispatcher:
     async def _dispatch(self, key: QueueKey) -> bool:
         """One round over the queue's connections with credits; True if anything was leased."""
         scope, queue = key
-        ready = [r for r in self._receivers.get(key, []) if r.credits > 0 and not r.draining]
+        found = self._receivers.get(key, [])
+        if len(found) > 1:  # rotate: the first connection is not always served first
+            found.append(found.pop(0))
+        ready = [r for r in found if r.credits > 0 and not r.draining]
         if not ready or self._inflight >= self._max_leases:
             return False
         if not await self._workers.has_ready(scope, queue):
             return False
         progressed = False
-        # Rotate so that the first connection is not always served first.
-        found = self._receivers.get(key, [])
-        if len(found) > 1:
-            found.append(found.pop(0))
         # Reserve credits and the node's budget before the claim, so that other queues'
         # loops see them taken while it runs; what was not leased is given back.
         takes: list[tuple[Receiver, int]] = []
