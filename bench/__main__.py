@@ -14,7 +14,7 @@ def main(argv: list[str] | None = None) -> int:
     # The MariaDB harness of the test suite starts a private server for a run.
     sys.path.insert(0, str(ROOT / "server"))
     from bench.claim import run_claim_benchmark
-    from bench.suite import run_suite
+    from bench.suite import run_latency_suite, run_suite
 
     parser = argparse.ArgumentParser(prog="python -m bench")
     sub = parser.add_subparsers(dest="scenario", required=True)
@@ -50,7 +50,14 @@ def main(argv: list[str] | None = None) -> int:
     tp.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
     tp.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
     tp.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
+    lat = sub.add_parser("latency", help="submit → start and → result with idle workers")
+    lat.add_argument("--tasks", type=int, default=500, help="tasks submitted one by one")
+    lat.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
+    lat.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
+    lat.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
     args = parser.parse_args(argv)
+    if args.scenario == "latency":
+        return run_latency_suite(url=args.url, tasks=20 if args.smoke else args.tasks, out=args.out)
     if args.scenario == "throughput":
         return run_suite(
             url=args.url,

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from bench.baseline import BaselineResult, run_baseline
 from bench.claim import server_facts
+from bench.latency import LatencyResult, run_latency
 from bench.throughput import ThroughputResult, run_throughput
 from orbit_server.store import open_database
 
@@ -155,3 +156,55 @@ def write_report(
     path = out / f"throughput-{stamp}.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def run_latency_suite(*, url: str | None, tasks: int, out: Path) -> int:
+    """``python -m bench latency``: same node, then cross node."""
+    server: AbstractContextManager[Any]
+    if url is None:
+        from tests.harness.mariadb import MariaDBServer
+
+        server = MariaDBServer()
+    else:
+        server = nullcontext()
+    results: list[LatencyResult] = []
+    with server as harness:
+        for cross in (False, True):
+            name = "bench_latency_cross" if cross else "bench_latency_same"
+            if harness is None:
+                assert url is not None
+                db_url = asyncio.run(fresh_database(url, name))
+            else:
+                harness.drop_database(name)
+                db_url = str(harness.create_database(name))
+            facts = asyncio.run(_facts(db_url))
+            found = run_latency(db_url, tasks=tasks, cross_node=cross)
+            results.append(found)
+            print(json.dumps({"latency": asdict(found)}), flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    (out / f"latency-{stamp}.json").write_text(
+        json.dumps(
+            {"scenario": "latency", "database": facts, "results": [asdict(r) for r in results]},
+            indent=2,
+        )
+    )
+    lines = [
+        f"# Latency ({stamp})",
+        "",
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}; database "
+        f"{facts.get('version')}, innodb_flush_log_at_trx_commit="
+        f"{facts.get('innodb_flush_log_at_trx_commit')}. Idle workers; tasks submitted one by one.",
+        "",
+        "| placement | tasks | submit → start p50 ms | p99 ms | submit → result p50 ms | p99 ms |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    lines += [
+        f"| {r.placement} | {r.tasks} | {r.start_p50_ms} | {r.start_p99_ms} | "
+        f"{r.result_p50_ms} | {r.result_p99_ms} |"
+        for r in results
+    ]
+    report = out / f"latency-{stamp}.md"
+    report.write_text("\n".join(lines) + "\n")
+    print(f"report: {report}")
+    return 0

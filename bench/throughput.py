@@ -52,10 +52,10 @@ class Stack:
         self.url = self.server.wait_for("ORBIT_URL")["ORBIT_URL"]
         self.workers: list[OrbitProcess] = []
 
-    def start_workers(self, processes: int, capacity: int) -> None:
+    def start_workers(self, processes: int, capacity: int, url: str | None = None) -> None:
         command = str(Path(sys.executable).parent / "orbit-worker")
         per_process = max(1, capacity // processes)
-        env = {"ORBIT_URL": self.url, "ORBIT_API_KEY": self.key, "PYTHONPATH": str(ROOT)}
+        env = {"ORBIT_URL": url or self.url, "ORBIT_API_KEY": self.key, "PYTHONPATH": str(ROOT)}
         for _ in range(processes):
             args = [command, "bench.noop_worker:worker", "--concurrency", str(per_process)]
             self.workers.append(OrbitProcess.command([*args, "--log-level", "warning"], env=env))

@@ -54,3 +54,24 @@ async def test_the_throughput_benchmark_runs_and_reports(
     assert all(r["tasks_per_s"] > 0 for r in runs)
     reports = sorted(tmp_path.glob("throughput-*.md"))
     assert len(reports) == 1 and "of batched baseline" in reports[0].read_text()
+
+
+async def test_the_latency_benchmark_runs_and_reports(
+    mysql_server: MySQLServerForTests, tmp_path: Path
+) -> None:
+    name = await mysql_server.create()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "bench", "latency", "--smoke", "--url",
+             mysql_server.url_for(name), "--out", str(tmp_path)],
+            cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+    finally:
+        await mysql_server.drop(name)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = [
+        json.loads(line)["latency"] for line in done.stdout.splitlines() if line.startswith("{")
+    ]
+    assert [(r["placement"], r["tasks"]) for r in runs] == [("same node", 20), ("cross node", 20)]
+    assert all(0 < r["start_p50_ms"] <= r["result_p99_ms"] for r in runs)
+    assert len(sorted(tmp_path.glob("latency-*.md"))) == 1
