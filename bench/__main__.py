@@ -46,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     tp.add_argument(
         "--server-processes", type=int, default=1, help="orbit server --processes (default 1)"
     )
+    tp.add_argument(
+        "--features",
+        action="store_true",
+        help="per-key exclusion (1,000 keys), fairness (10 keys) and a queue limit, all on",
+    )
     tp.add_argument("--baseline-tasks", type=int, default=40_000, help="tasks of the baseline")
     tp.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
     tp.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
@@ -66,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             modes=args.mode or ["burn-down", "steady"],
             processes=args.processes,
             server_processes=args.server_processes,
+            features=args.features,
             baseline_tasks=800 if args.smoke else args.baseline_tasks,
             out=args.out,
         )

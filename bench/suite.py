@@ -57,6 +57,7 @@ def run_suite(
     modes: list[str],
     processes: int,
     server_processes: int,
+    features: bool,
     baseline_tasks: int,
     out: Path,
 ) -> int:
@@ -94,6 +95,7 @@ def run_suite(
                     capacity=capacity,
                     processes=processes,
                     server_processes=server_processes,
+                    features=features,
                 )
                 results.append(found_t)
                 print(json.dumps({"throughput": asdict(found_t)}), flush=True)
@@ -143,12 +145,13 @@ def write_report(
         "",
         "Orbit end to end (HTTP submit in batches of 1,000 → SDK workers → result):",
         "",
-        "| mode | capacity | worker processes | server processes | tasks | seconds | tasks/s "
-        "| of batched baseline |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| mode | capacity | worker processes | server processes | features | tasks | seconds "
+        "| tasks/s | of batched baseline |",
+        "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
     ]
     lines += [
-        f"| {r.mode} | {r.capacity} | {r.worker_processes} | {r.server_processes} | {r.tasks:,} "
+        f"| {r.mode} | {r.capacity} | {r.worker_processes} | {r.server_processes} | "
+        f"{'keys, fairness, limit' if r.features else 'none'} | {r.tasks:,} "
         f"| {r.seconds} | {r.tasks_per_s:,} | "
         + (f"{r.tasks_per_s / batched:.1%} |" if batched else "— |")
         for r in results

@@ -28,6 +28,7 @@ class ThroughputResult:
     capacity: int
     worker_processes: int
     server_processes: int
+    features: bool
     tasks: int
     seconds: float
     tasks_per_s: float
@@ -78,23 +79,45 @@ def _wait(client: orbit_sdk.Client, check: str, target: int, timeout: float) -> 
     raise TimeoutError(f"the queue did not reach {check} = {target} within {timeout} s")
 
 
-def _submit(client: orbit_sdk.Client, count: int) -> None:
+FEATURE_KEYS = 1000  # concurrency keys with --features
+FAIRNESS_KEYS = 10
+
+
+def _task(n: int, features: bool) -> dict[str, object]:
+    if not features:
+        return {"queue": "bench", "type": "noop"}
+    return {"queue": "bench", "type": "noop", "concurrency_key": f"k{n % FEATURE_KEYS}",
+            "fairness_key": f"f{n % FAIRNESS_KEYS}"}  # fmt: skip
+
+
+def _submit(client: orbit_sdk.Client, count: int, features: bool = False) -> None:
     sent = 0
     while sent < count:
         size = min(SUBMIT_BATCH, count - sent)
-        client.submit_many([{"queue": "bench", "type": "noop"}] * size)
+        client.submit_many([_task(sent + i, features) for i in range(size)])
         sent += size
 
 
 def run_throughput(
-    url: str, *, mode: str, tasks: int, capacity: int, processes: int, server_processes: int = 1
+    url: str,
+    *,
+    mode: str,
+    tasks: int,
+    capacity: int,
+    processes: int,
+    server_processes: int = 1,
+    features: bool = False,
 ) -> ThroughputResult:
+    """With ``features``: per-key exclusion over 1,000 keys, fairness over 10 keys and a queue
+    concurrency limit equal to the capacity, all on at once."""
     stack = Stack(url, server_processes)
     try:
         with orbit_sdk.Client(stack.url, stack.key, timeout=120) as client:
+            if features:
+                client.update_queue("bench", concurrency_limit=capacity)
             if mode == "burn-down":
                 client.update_queue("bench", paused=True)
-                _submit(client, tasks)
+                _submit(client, tasks, features)
                 stack.start_workers(processes, capacity)
                 _wait(client, "workers", processes, 60)
                 started = time.perf_counter()
@@ -104,7 +127,7 @@ def run_throughput(
                 stack.start_workers(processes, capacity)
                 _wait(client, "workers", processes, 60)
                 started = time.perf_counter()
-                _submit(client, tasks)
+                _submit(client, tasks, features)
             _wait(client, "succeeded", tasks, 1800)
             seconds = time.perf_counter() - started
     except TimeoutError as exc:
@@ -113,6 +136,6 @@ def run_throughput(
     finally:
         stack.close()
     return ThroughputResult(
-        mode, capacity, processes, server_processes, tasks, round(seconds, 3),
+        mode, capacity, processes, server_processes, features, tasks, round(seconds, 3),
         round(tasks / seconds, 1),
     )  # fmt: skip
