@@ -10,12 +10,12 @@ import json
 import os
 import platform
 import time
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.databases import Databases
 from orbit_server.clock import SystemClock
 from orbit_server.ids import new_id
 from orbit_server.pulse.model import TaskSpec, new_task
@@ -130,27 +130,16 @@ async def run_one(
 async def run_claim_benchmark(
     backlogs: list[int], *, measure: int, batch: int, url: str | None, out: Path
 ) -> int:
-    server: AbstractContextManager[Any]
-    if url is None:
-        from tests.harness.mariadb import MariaDBServer
-
-        server = MariaDBServer()
-    else:
-        server = nullcontext()
     results: list[ClaimResult] = []
     facts: dict[str, Any] = {}
-    with server as harness:
+    with Databases(url) as dbs:
         for backlog in backlogs:
-            if harness is not None:
-                run_url = harness.create_database(f"bench_{backlog}")
-            else:
-                assert url is not None
-                run_url = url
+            # A given server's database is used as it is; the private one gets one per run.
+            run_url = url if url is not None else dbs.fresh(f"bench_{backlog}")
             result, facts = await run_one(run_url, backlog, measure, batch)
             results.append(result)
             print(json.dumps(asdict(result)), flush=True)
-            if harness is not None:
-                harness.drop_database(f"bench_{backlog}")
+            dbs.drop(f"bench_{backlog}")
     report = write_report(out, results, facts, measure=measure, batch=batch)
     print(f"report: {report}")
     return 0

@@ -7,37 +7,17 @@ import asyncio
 import json
 import os
 import platform
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from bench.baseline import BaselineResult, run_baseline
 from bench.claim import server_facts
+from bench.databases import Databases
 from bench.latency import LatencyResult, run_latency
 from bench.throughput import ThroughputResult, run_throughput
 from orbit_server.store import open_database
-
-
-async def fresh_database(url: str, suffix: str) -> str:
-    """An empty database beside the one ``url`` names (``<name>_<suffix>``), for one run."""
-    import asyncmy  # type: ignore[import-untyped]
-
-    from bench.baseline import _connect_args
-
-    parts = urlsplit(url)
-    name = f"{parts.path.lstrip('/') or 'orbit'}_{suffix}"
-    args = {**_connect_args(url), "db": None, "autocommit": True}
-    conn = await asyncmy.connect(**args)
-    try:
-        async with conn.cursor() as cur:
-            await cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
-            await cur.execute(f"CREATE DATABASE `{name}`")
-    finally:
-        conn.close()
-    return urlunsplit(parts._replace(path=f"/{name}"))
 
 
 async def _facts(url: str) -> dict[str, Any]:
@@ -61,25 +41,10 @@ def run_suite(
     baseline_tasks: int,
     out: Path,
 ) -> int:
-    server: AbstractContextManager[Any]
-    if url is None:
-        from tests.harness.mariadb import MariaDBServer
-
-        server = MariaDBServer()
-    else:
-        server = nullcontext()
     baselines: list[BaselineResult] = []
     results: list[ThroughputResult] = []
-    with server as harness:
-
-        def database(name: str) -> str:
-            if harness is None:
-                assert url is not None
-                return asyncio.run(fresh_database(url, name))
-            harness.drop_database(name)
-            return str(harness.create_database(name))
-
-        raw = database("bench_raw")
+    with Databases(url) as dbs:
+        raw = dbs.fresh("bench_raw")
         facts = asyncio.run(_facts(raw))
         for per_tx in (100, 1):
             count = baseline_tasks if per_tx > 1 else max(8, baseline_tasks // 20)
@@ -89,7 +54,7 @@ def run_suite(
         for capacity in capacities:
             for mode in modes:
                 found_t = run_throughput(
-                    database(f"bench_{mode.replace('-', '_')}_{capacity}"),
+                    dbs.fresh(f"bench_{mode.replace('-', '_')}_{capacity}"),
                     mode=mode,
                     tasks=tasks,
                     capacity=capacity,
@@ -163,23 +128,10 @@ def write_report(
 
 def run_latency_suite(*, url: str | None, tasks: int, out: Path) -> int:
     """``python -m bench latency``: same node, then cross node."""
-    server: AbstractContextManager[Any]
-    if url is None:
-        from tests.harness.mariadb import MariaDBServer
-
-        server = MariaDBServer()
-    else:
-        server = nullcontext()
     results: list[LatencyResult] = []
-    with server as harness:
+    with Databases(url) as dbs:
         for cross in (False, True):
-            name = "bench_latency_cross" if cross else "bench_latency_same"
-            if harness is None:
-                assert url is not None
-                db_url = asyncio.run(fresh_database(url, name))
-            else:
-                harness.drop_database(name)
-                db_url = str(harness.create_database(name))
+            db_url = dbs.fresh("bench_latency_cross" if cross else "bench_latency_same")
             facts = asyncio.run(_facts(db_url))
             found = run_latency(db_url, tasks=tasks, cross_node=cross)
             results.append(found)

@@ -12,18 +12,25 @@ from tests.support.databases import MySQLServerForTests
 ROOT = Path(__file__).resolve().parents[3]
 
 
-async def test_the_claim_benchmark_runs_and_reports(
-    mysql_server: MySQLServerForTests, tmp_path: Path
-) -> None:
+async def run_bench(
+    mysql_server: MySQLServerForTests, out: Path, scenario: str, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``python -m bench <scenario> --smoke`` against a database of the test server."""
     name = await mysql_server.create()
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "bench", "claim", "--smoke", "--url", mysql_server.url_for(name),
-             "--out", str(tmp_path)],
-            cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+        return subprocess.run(
+            [sys.executable, "-m", "bench", scenario, "--smoke", "--url",
+             mysql_server.url_for(name), "--out", str(out)],
+            cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False,
         )  # fmt: skip
     finally:
         await mysql_server.drop(name)
+
+
+async def test_the_claim_benchmark_runs_and_reports(
+    mysql_server: MySQLServerForTests, tmp_path: Path
+) -> None:
+    done = await run_bench(mysql_server, tmp_path, "claim", timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     first = json.loads(done.stdout.splitlines()[0])
     assert first["backlog"] == 300 and first["measured"] == 100
@@ -35,15 +42,7 @@ async def test_the_claim_benchmark_runs_and_reports(
 async def test_the_throughput_benchmark_runs_and_reports(
     mysql_server: MySQLServerForTests, tmp_path: Path
 ) -> None:
-    name = await mysql_server.create()
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "bench", "throughput", "--smoke", "--url",
-             mysql_server.url_for(name), "--out", str(tmp_path)],
-            cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
-        )  # fmt: skip
-    finally:
-        await mysql_server.drop(name)
+    done = await run_bench(mysql_server, tmp_path, "throughput", timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     baselines = [line["baseline"] for line in lines if "baseline" in line]
@@ -59,15 +58,7 @@ async def test_the_throughput_benchmark_runs_and_reports(
 async def test_the_latency_benchmark_runs_and_reports(
     mysql_server: MySQLServerForTests, tmp_path: Path
 ) -> None:
-    name = await mysql_server.create()
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "bench", "latency", "--smoke", "--url",
-             mysql_server.url_for(name), "--out", str(tmp_path)],
-            cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
-        )  # fmt: skip
-    finally:
-        await mysql_server.drop(name)
+    done = await run_bench(mysql_server, tmp_path, "latency", timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     runs = [
         json.loads(line)["latency"] for line in done.stdout.splitlines() if line.startswith("{")
