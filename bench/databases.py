@@ -11,30 +11,40 @@ from urllib.parse import urlsplit, urlunsplit
 from bench.baseline import _connect_args
 
 
-async def fresh_database(url: str, suffix: str) -> str:
-    """An empty database beside the one ``url`` names (``<name>_<suffix>``), for one run."""
+async def _on_server(url: str, *statements: str) -> None:
     import asyncmy  # type: ignore[import-untyped]
 
-    parts = urlsplit(url)
-    name = f"{parts.path.lstrip('/') or 'orbit'}_{suffix}"
-    args = {**_connect_args(url), "db": None, "autocommit": True}
-    conn = await asyncmy.connect(**args)
+    conn = await asyncmy.connect(**{**_connect_args(url), "db": None, "autocommit": True})
     try:
         async with conn.cursor() as cur:
-            await cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
-            await cur.execute(f"CREATE DATABASE `{name}`")
+            for statement in statements:
+                await cur.execute(statement)
     finally:
         conn.close()
-    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def _sibling(url: str, suffix: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    name = f"{parts.path.lstrip('/') or 'orbit'}_{suffix}"
+    return name, urlunsplit(parts._replace(path=f"/{name}"))
+
+
+async def fresh_database(url: str, suffix: str) -> str:
+    """An empty database beside the one ``url`` names (``<name>_<suffix>``), for one run."""
+    name, sibling = _sibling(url, suffix)
+    await _on_server(url, f"DROP DATABASE IF EXISTS `{name}`", f"CREATE DATABASE `{name}`")
+    return sibling
 
 
 class Databases:
     """``with Databases(url) as dbs: dbs.fresh("name")`` — a private MariaDB when ``url`` is
-    None (started on entry, removed on exit), else databases on the given server."""
+    None (started on entry, removed on exit), else scratch databases beside the given one on
+    its server (removed on exit)."""
 
     def __init__(self, url: str | None) -> None:
         self.url = url
         self._harness: Any = None
+        self._made: list[str] = []  # databases made beside a given one, removed on exit
 
     def __enter__(self) -> Databases:
         if self.url is None:
@@ -51,17 +61,21 @@ class Databases:
     ) -> None:
         if self._harness is not None:
             self._harness.__exit__(kind, error, trace)
+        elif self._made and self.url is not None:
+            drops = [f"DROP DATABASE IF EXISTS `{_sibling(self.url, n)[0]}`" for n in self._made]
+            asyncio.run(_on_server(self.url, *drops))
 
     def fresh(self, name: str) -> str:
         """The URL of an empty database for one run (call it outside an event loop when a
         server was given)."""
         if self._harness is None:
             assert self.url is not None
+            self._made.append(name)
             return asyncio.run(fresh_database(self.url, name))
         self._harness.drop_database(name)
         return str(self._harness.create_database(name))
 
     def drop(self, name: str) -> None:
-        """Remove a run's database from the private server (a given server keeps it)."""
+        """Remove a run's database from the private server at once."""
         if self._harness is not None:
             self._harness.drop_database(name)
