@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import warnings
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
@@ -83,9 +82,7 @@ async def run_baseline(url: str, *, tasks: int, per_tx: int, lanes: int = 8) -> 
     conn = await asyncmy.connect(**{**_connect_args(url), "autocommit": True})
     try:
         async with conn.cursor() as cur:
-            with warnings.catch_warnings():  # "already exists" notes from the server
-                warnings.simplefilter("ignore")
-                await cur.execute(TABLE)
+            await cur.execute(TABLE)
             await cur.execute("TRUNCATE TABLE raw_tasks")
     finally:
         conn.close()
