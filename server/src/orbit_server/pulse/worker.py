@@ -142,6 +142,12 @@ def _claim_order(c: Candidate) -> tuple[int, datetime, str]:
     return (-c.priority, c.run_at, c.task_id)
 
 
+def _holds(task: TaskRecord, ref: LeaseRef) -> bool:
+    """The fence in Python, for rows read in bulk: this lease (attempt and token) is the task's
+    current one (what ``task_lock_fenced`` checks in SQL)."""
+    return (task.lease_epoch, task.lease_token) == (ref.attempt, ref.lease_token)
+
+
 def _expired(task: TaskRecord, now: datetime) -> bool:
     """A lease whose time is up no longer holds, even before recovery has processed it."""
     return task.lease_expires_at is None or task.lease_expires_at <= now
@@ -380,7 +386,7 @@ class WorkerService:
             if (
                 task is not None
                 and task.id not in seen
-                and (task.lease_epoch, task.lease_token) == (ref.attempt, ref.lease_token)
+                and _holds(task, ref)
                 and task.state == TaskState.LEASED
                 and task.gate_id is None
                 and not _expired(task, now)
@@ -390,8 +396,7 @@ class WorkerService:
                 seen.add(task.id)
         answers: dict[int, StartAnswer] = {}
         for timeout_ms, indexes in sorted(groups.items()):
-            deadline = now + timedelta(milliseconds=timeout_ms)
-            expires_at = min(now + self._lease, deadline)
+            expires_at, deadline = self._started_lease(now, timeout_ms)
             await lstore.tasks_start_many(
                 tx, [refs[i].task_id for i in indexes], expires_at=expires_at,
                 deadline_at=deadline, now=now,
@@ -399,6 +404,11 @@ class WorkerService:
             for i in indexes:
                 answers[i] = StartAnswer(refs[i], StartVerdict.STARTED, expires_at, deadline)
         return answers
+
+    def _started_lease(self, now: datetime, timeout_ms: int) -> tuple[datetime, datetime]:
+        """A started attempt's lease end and deadline: the lease never reaches past it."""
+        deadline = now + timedelta(milliseconds=timeout_ms)
+        return min(now + self._lease, deadline), deadline
 
     async def _start_one(self, tx: Tx, ref: LeaseRef, now: datetime) -> StartAnswer:
         task = await lstore.task_lock_fenced(tx, ref.task_id, ref.attempt, ref.lease_token)
@@ -415,8 +425,7 @@ class WorkerService:
                 await self._back_to_pending(tx, task, now, cause="gate_closed")
                 return StartAnswer(ref, StartVerdict.DENIED_GATE)
         decide(TaskState.LEASED, Event.START)
-        deadline = now + timedelta(milliseconds=task.timeout_ms)
-        expires_at = min(now + self._lease, deadline)
+        expires_at, deadline = self._started_lease(now, task.timeout_ms)
         await lstore.task_set_running(
             tx, task.id, ref.attempt, ref.lease_token, expires_at, now, deadline_at=deadline
         )
@@ -486,11 +495,7 @@ class WorkerService:
             locked: list[TaskRecord | None] = []
             for report in reports:  # fenced: the row only if this lease still holds it
                 task = rows.get(report.ref.task_id)
-                holds = task is not None and (task.lease_epoch, task.lease_token) == (
-                    report.ref.attempt,
-                    report.ref.lease_token,
-                )
-                locked.append(task if holds else None)
+                locked.append(task if task is not None and _holds(task, report.ref) else None)
             outcomes: list[Outcome] = [Outcome.STALE] * len(reports)
             done = await self._succeed_together(tx, reports, locked, now)
             for i in done:
