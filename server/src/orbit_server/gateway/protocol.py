@@ -19,7 +19,6 @@ TaskId = Annotated[str, msgspec.Meta(min_length=1, max_length=40)]
 Attempt = Annotated[int, msgspec.Meta(ge=1)]
 Token = Annotated[str, msgspec.Meta(min_length=1, max_length=40)]
 RequestId = Annotated[int, msgspec.Meta(ge=0)]
-Items = Annotated[list[Any], msgspec.Meta(max_length=1000)]
 MAX_ITEMS = 1000
 
 
