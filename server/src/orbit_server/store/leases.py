@@ -15,9 +15,11 @@ from orbit_server.scope import Scope
 from orbit_server.store.base import Tx
 from orbit_server.store.pulse import (
     AttemptRecord,
+    TaskEventRecord,
     TaskRecord,
     attempt_from_row,
     key_permit_ensure,
+    task_event_params,
     task_from_row,
 )
 
@@ -294,23 +296,15 @@ async def tasks_succeed_many(
         "attempts_end_running_many",
         {"task_ids": ids, "state": "succeeded", "cause": "completed", "now": now},
     )
-    await tx.execute_many(
-        "task_event_insert_many",
-        [
-            {
-                **_scope(t.scope),
-                "id": new_id("evt_"),
-                "task_id": t.id,
-                "attempt": t.lease_epoch,
-                "seq": t.event_seq + 1,
-                "state": "succeeded",
-                "owner_kind": t.owner_kind,
-                "owner_id": t.owner_id,
-                "created_at": now,
-            }
-            for t in tasks
-        ],
-    )
+    events = [
+        TaskEventRecord(
+            id=new_id("evt_"), scope=t.scope, task_id=t.id, attempt=t.lease_epoch,
+            state="succeeded", owner_kind=t.owner_kind, owner_id=t.owner_id, created_at=now,
+            seq=t.event_seq + 1,
+        )
+        for t in tasks
+    ]  # fmt: skip
+    await tx.execute_many("task_event_insert", [task_event_params(e) for e in events])
 
 
 async def tasks_start_many(

@@ -455,26 +455,28 @@ async def task_request_cancel(tx: Tx, task_id: str, reason: str | None, now: dat
     return changed == 1
 
 
+def task_event_params(event: TaskEventRecord) -> dict[str, Any]:
+    """The parameters of ``task_event_insert`` for one event."""
+    return {
+        **_scope_params(event.scope),
+        "id": event.id,
+        "task_id": event.task_id,
+        "attempt": event.attempt,
+        "seq": event.seq,
+        "state": event.state,
+        "owner_kind": event.owner_kind,
+        "owner_id": event.owner_id,
+        "created_at": event.created_at,
+    }
+
+
 async def task_event_insert(tx: Tx, event: TaskEventRecord) -> bool:
     """Write the task's ``event.seq``-th result event and advance its counter; answers False
     when that event already exists (a duplicate)."""
     if not await tx.execute("task_event_seq_set", {"task_id": event.task_id, "seq": event.seq}):
         return False  # the task has this event already (or is gone)
     try:
-        await tx.execute(
-            "task_event_insert",
-            {
-                **_scope_params(event.scope),
-                "id": event.id,
-                "task_id": event.task_id,
-                "attempt": event.attempt,
-                "seq": event.seq,
-                "state": event.state,
-                "owner_kind": event.owner_kind,
-                "owner_id": event.owner_id,
-                "created_at": event.created_at,
-            },
-        )
+        await tx.execute("task_event_insert", task_event_params(event))
     except DuplicateKey:
         return False
     return True

@@ -122,12 +122,6 @@ UPDATE task_attempts SET state = :state, cause = :cause, ended_at = :now,
        lease_expires_at = NULL, error = NULL
  WHERE task_id IN (:task_ids) AND state = 'running'
 
--- name: task_event_insert_many
-INSERT INTO task_events (id, tenant, environment, task_id, attempt, seq, state, owner_kind,
-                         owner_id, processed, created_at, processed_at)
-VALUES (:id, :tenant, :environment, :task_id, :attempt, :seq, :state, :owner_kind, :owner_id, 0,
-        :created_at, NULL)
-
 -- name: tasks_start_many
 UPDATE tasks SET state = 'running', attempts = attempts + 1, lease_expires_at = :expires_at,
        deadline_at = :deadline_at, updated_at = :now
