@@ -10,13 +10,11 @@ from litestar import Request
 from orbit_server.api.context import current_request_id
 from orbit_server.api.deps import NodeDep
 from orbit_server.audit import Actor
-from orbit_server.governance.keys import Principal
+from orbit_server.governance.keys import Principal, bearer_token
 
 
 async def authenticate(request: Request[Any, Any, Any], node: NodeDep) -> Principal:
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    principal = await node.keys.authenticate(token.strip() if scheme.lower() == "bearer" else None)
+    principal = await node.keys.authenticate(bearer_token(request.headers.get("authorization", "")))
     structlog.contextvars.bind_contextvars(
         key_id=principal.key_id,
         tenant=principal.scope.tenant,

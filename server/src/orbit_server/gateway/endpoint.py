@@ -17,7 +17,7 @@ from orbit_server.gateway import protocol as p
 from orbit_server.gateway.batch import NodeBatches
 from orbit_server.gateway.connection import Connection, ProtocolViolation, SlowConsumer
 from orbit_server.gateway.dispatch import Dispatcher
-from orbit_server.governance.keys import Principal, Role
+from orbit_server.governance.keys import Principal, Role, bearer_token
 from orbit_server.pulse.worker import LeaseRef, Session
 from orbit_server.runtime.node import Node
 
@@ -146,10 +146,7 @@ class Gateway:
         if self._draining:
             raise Unavailable("this node is shutting down; connect to another one")
         header = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
-        kind, _, token = header.partition(" ")
-        principal = await self._node.keys.authenticate(
-            token.strip() if kind.lower() == "bearer" else None
-        )
+        principal = await self._node.keys.authenticate(bearer_token(header))
         if Role.WORKER not in principal.roles:
             raise Forbidden("connecting a worker needs an API key with the worker role")
         return principal

@@ -64,6 +64,12 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+def bearer_token(authorization: str) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header value, else None."""
+    scheme, _, token = authorization.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
 def parse_token(token: str) -> tuple[str, str] | None:
     """(key id, secret) of a well-formed token, else None."""
     if not token.startswith(PREFIX):
