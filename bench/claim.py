@@ -7,14 +7,13 @@ The figure that matters is the cost per claimed task as the backlog grows: the c
 from __future__ import annotations
 
 import json
-import os
-import platform
 import time
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from bench import report
 from bench.databases import Databases
 from orbit_server.clock import SystemClock
 from orbit_server.ids import new_id
@@ -140,44 +139,27 @@ async def run_claim_benchmark(
             results.append(result)
             print(json.dumps(asdict(result)), flush=True)
             dbs.drop(f"bench_{backlog}")
-    report = write_report(out, results, facts, measure=measure, batch=batch)
-    print(f"report: {report}")
+    path = write_report(out, results, facts, measure=measure, batch=batch)
+    print(f"report: {path}")
     return 0
 
 
 def write_report(
     out: Path, results: list[ClaimResult], facts: dict[str, Any], *, measure: int, batch: int
 ) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    machine = {
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "database": facts,
-    }
-    data = {"scenario": "claim", "measure": measure, "batch": batch, "machine": machine,
-            "results": [asdict(r) for r in results]}  # fmt: skip
-    (out / f"claim-{stamp}.json").write_text(json.dumps(data, indent=2))
-    lines = [
-        f"# Claim benchmark ({stamp})",
-        "",
-        f"Machine: {machine['cpus']} CPUs, Python {machine['python']}, {machine['platform']}; "
-        f"database {facts.get('version')}, innodb_flush_log_at_trx_commit="
-        f"{facts.get('innodb_flush_log_at_trx_commit')}. Claims of {batch}; start and complete "
-        "one transaction each.",
+    body = [
+        f"Claims of {batch}; start and complete one transaction each.",
         "",
         "| backlog | measured | claim µs/task | start+complete µs/task | tasks/s |",
         "| ---: | ---: | ---: | ---: | ---: |",
     ]
-    lines += [
+    body += [
         f"| {r.backlog:,} | {r.measured:,} | {r.claim_us_per_task} | "
         f"{r.start_complete_us_per_task} | {r.tasks_per_s} |"
         for r in results
     ]
     if len(results) >= 2 and results[0].claim_us_per_task:
         ratio = results[-1].claim_us_per_task / results[0].claim_us_per_task
-        lines += ["", f"Claim cost ratio, largest / smallest backlog: {ratio:.2f}×"]
-    path = out / f"claim-{stamp}.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+        body += ["", f"Claim cost ratio, largest / smallest backlog: {ratio:.2f}×"]
+    data = {"measure": measure, "batch": batch, "results": [asdict(r) for r in results]}
+    return report.write(out, "claim", "Claim benchmark", facts, data, body)

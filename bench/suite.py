@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import platform
 from dataclasses import asdict
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import report
 from bench.baseline import BaselineResult, run_baseline
 from bench.claim import server_facts
 from bench.databases import Databases
@@ -64,8 +62,8 @@ def run_suite(
                 )
                 results.append(found_t)
                 print(json.dumps({"throughput": asdict(found_t)}), flush=True)
-    report = write_report(out, baselines, results, facts)
-    print(f"report: {report}")
+    path = write_report(out, baselines, results, facts)
+    print(f"report: {path}")
     return 0
 
 
@@ -75,38 +73,17 @@ def write_report(
     results: list[ThroughputResult],
     facts: dict[str, Any],
 ) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    machine = {
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "database": facts,
-    }
     batched = next((b.tasks_per_s for b in baselines if b.per_transaction > 1), 0.0)
-    data = {
-        "scenario": "throughput",
-        "machine": machine,
-        "baseline": [asdict(b) for b in baselines],
-        "results": [asdict(r) for r in results],
-    }
-    (out / f"throughput-{stamp}.json").write_text(json.dumps(data, indent=2))
-    lines = [
-        f"# Throughput ({stamp})",
-        "",
-        f"Machine: {machine['cpus']} CPUs, Python {machine['python']}, {machine['platform']}; "
-        f"database {facts.get('version')}, innodb_flush_log_at_trx_commit="
-        f"{facts.get('innodb_flush_log_at_trx_commit')}, sync_binlog={facts.get('sync_binlog')}.",
-        "",
+    body = [
         "Raw-database baseline (insert → claim with SKIP LOCKED + update → done; no Orbit code):",
         "",
         "| tasks per transaction | lanes | tasks | tasks/s |",
         "| ---: | ---: | ---: | ---: |",
     ]
-    lines += [
+    body += [
         f"| {b.per_transaction} | {b.lanes} | {b.tasks:,} | {b.tasks_per_s:,} |" for b in baselines
     ]
-    lines += [
+    body += [
         "",
         "Orbit end to end (HTTP submit in batches of 1,000 → SDK workers → result):",
         "",
@@ -114,16 +91,15 @@ def write_report(
         "| tasks/s | of batched baseline |",
         "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
     ]
-    lines += [
+    body += [
         f"| {r.mode} | {r.capacity} | {r.worker_processes} | {r.server_processes} | "
         f"{'keys, fairness, limit' if r.features else 'none'} | {r.tasks:,} "
         f"| {r.seconds} | {r.tasks_per_s:,} | "
         + (f"{r.tasks_per_s / batched:.1%} |" if batched else "— |")
         for r in results
     ]
-    path = out / f"throughput-{stamp}.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    data = {"baseline": [asdict(b) for b in baselines], "results": [asdict(r) for r in results]}
+    return report.write(out, "throughput", "Throughput", facts, data, body)
 
 
 def run_latency_suite(*, url: str | None, tasks: int, out: Path) -> int:
@@ -136,30 +112,18 @@ def run_latency_suite(*, url: str | None, tasks: int, out: Path) -> int:
             found = run_latency(db_url, tasks=tasks, cross_node=cross)
             results.append(found)
             print(json.dumps({"latency": asdict(found)}), flush=True)
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    (out / f"latency-{stamp}.json").write_text(
-        json.dumps(
-            {"scenario": "latency", "database": facts, "results": [asdict(r) for r in results]},
-            indent=2,
-        )
-    )
-    lines = [
-        f"# Latency ({stamp})",
-        "",
-        f"{os.cpu_count()} CPUs, Python {platform.python_version()}; database "
-        f"{facts.get('version')}, innodb_flush_log_at_trx_commit="
-        f"{facts.get('innodb_flush_log_at_trx_commit')}. Idle workers; tasks submitted one by one.",
+    body = [
+        "Idle workers; tasks submitted one by one.",
         "",
         "| placement | tasks | submit → start p50 ms | p99 ms | submit → result p50 ms | p99 ms |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
-    lines += [
+    body += [
         f"| {r.placement} | {r.tasks} | {r.start_p50_ms} | {r.start_p99_ms} | "
         f"{r.result_p50_ms} | {r.result_p99_ms} |"
         for r in results
     ]
-    report = out / f"latency-{stamp}.md"
-    report.write_text("\n".join(lines) + "\n")
-    print(f"report: {report}")
+    data = {"results": [asdict(r) for r in results]}
+    path = report.write(out, "latency", "Latency", facts, data, body)
+    print(f"report: {path}")
     return 0
