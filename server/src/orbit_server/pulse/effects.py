@@ -49,21 +49,15 @@ async def admit_key(tx: Tx, scope: Scope, queue: str, key: str, now: datetime) -
     await lstore.ready_insert_tasks(tx, [t for t in wanted if t not in present])
 
 
-async def make_claimable(
-    tx: Tx, task: TaskRecord, gates: dict[str, bool] | None = None, *, now: datetime
-) -> None:
+async def make_claimable(tx: Tx, task: TaskRecord, *, now: datetime) -> None:
     """Put a pending task into the claim range unless its gate is closed (a closed gate's
     tasks wait outside it until the gate opens); a task with a concurrency key goes through
-    its key's admission instead. ``gates`` may carry the open/closed answers already read in
-    this transaction."""
+    its key's admission instead."""
     if task.concurrency_key is not None:
         await admit_key(tx, task.scope, task.queue, task.concurrency_key, now)
         return
-    if task.gate_id is not None:
-        known = gates if gates is not None and task.gate_id in gates else None
-        is_open = (known or await lstore.gates_open(tx, [task.gate_id]))[task.gate_id]
-        if not is_open:
-            return
+    if task.gate_id is not None and not (await lstore.gates_open(tx, [task.gate_id]))[task.gate_id]:
+        return
     await store.task_ready_insert(tx, task)
 
 

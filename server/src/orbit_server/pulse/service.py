@@ -134,21 +134,11 @@ class TaskService:
                 )
         gate_ids = sorted({g for i in fresh if (g := tasks[i].gate_id) is not None})
         gates = await lstore.gates_open(tx, gate_ids)
-        keys: set[tuple[str, str]] = set()
         # Tasks without an idempotency key cannot collide: one multi-row insert for them all.
         plain = [i for i in fresh if tasks[i].idempotency_key is None]
         await store.tasks_insert_many(tx, [tasks[i] for i in plain])
-        ready = []
         for i in plain:
-            task = tasks[i]
-            results[i] = Submitted(task, created=True)
-            if task.state != TaskState.PENDING:
-                continue
-            if task.concurrency_key is not None:
-                keys.add((task.queue, task.concurrency_key))
-            elif task.gate_id is None or gates.get(task.gate_id, False):
-                ready.append(task)
-        await store.task_ready_insert_many(tx, ready)
+            results[i] = Submitted(tasks[i], created=True)
         for i in fresh:
             if results[i] is not None:
                 continue
@@ -164,12 +154,21 @@ class TaskService:
                 results[i] = Submitted(self._replayed(existing, task), created=False)
                 per_queue[task.queue] -= 1
                 continue
-            if task.state == TaskState.PENDING:
-                if task.concurrency_key is None:
-                    await make_claimable(tx, task, gates, now=now)
-                else:
-                    keys.add((task.queue, task.concurrency_key))
             results[i] = Submitted(task, created=True)
+        # Into the claim range: in one insert, or through their key's admission; a closed
+        # gate's tasks wait outside it.
+        created = [
+            r.task
+            for r in results
+            if r is not None and r.created and r.task.state == TaskState.PENDING
+        ]
+        keys = {(t.queue, key) for t in created if (key := t.concurrency_key) is not None}
+        ready = [
+            t
+            for t in created
+            if t.concurrency_key is None and (t.gate_id is None or gates.get(t.gate_id, False))
+        ]
+        await store.task_ready_insert_many(tx, ready)
         for name, count in per_queue.items():
             if count:
                 await store.queue_add_counts(tx, scope, name, pending=count, now=now)
