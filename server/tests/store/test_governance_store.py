@@ -48,6 +48,30 @@ async def test_execute_many_inserts_every_row(db: Database, clock: FakeClock) ->
         await db.run(duplicate)
 
 
+async def test_execute_many_goes_past_one_statement_of_rows(db: Database, clock: FakeClock) -> None:
+    """More rows than one multi-row statement holds: every row lands, and a duplicate in a later
+    chunk fails the whole unit (nothing of it is kept)."""
+    rows = [{"name": f"bulk{i:04}", "created_at": clock.now()} for i in range(1201)]
+
+    async def unit(tx: Tx) -> int:
+        return await tx.execute_many("tenant_insert", rows)
+
+    assert await db.run(unit) == 1201
+
+    fresh = [{"name": f"more{i:04}", "created_at": clock.now()} for i in range(1100)]
+
+    async def with_duplicate(tx: Tx) -> int:
+        return await tx.execute_many("tenant_insert", [*fresh, rows[-1]])
+
+    with pytest.raises(gov.DuplicateKey):
+        await db.run(with_duplicate)
+
+    async def again(tx: Tx) -> int:  # the failed unit left none of its rows behind
+        return await tx.execute_many("tenant_insert", fresh)
+
+    assert await db.run(again) == 1100
+
+
 @pytest.mark.covers("tenant_ensure", "environment_ensure", "environment_list")
 async def test_tenant_and_environment_are_created_once(db: Database, clock: FakeClock) -> None:
     async def unit(tx: Tx) -> tuple[bool, bool, bool, bool]:

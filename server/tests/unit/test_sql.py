@@ -62,3 +62,20 @@ def test_scripts_split_on_statement_ends() -> None:
 def test_the_shipped_query_books_load(dialect: str) -> None:
     book = QueryBook.load(dialect)  # type: ignore[arg-type]
     assert {"ping", "key_get", "audit_insert", "migrations_applied"} <= book.names()
+
+
+def test_an_insert_splits_into_head_row_and_tail_for_many_rows() -> None:
+    [q] = parse_queries(
+        "-- name: ins\nINSERT INTO t (a, b, c) VALUES (:a, 'x', COALESCE(:b, NULL))\n"
+        "ON DUPLICATE KEY UPDATE c = VALUES(c)",
+        "%s",
+    )
+    head, row, tail = q.rows_form() or ("", "", "")
+    assert head == "INSERT INTO t (a, b, c) VALUES "
+    assert row == "(%s, 'x', COALESCE(%s, NULL))"
+    assert tail == "\nON DUPLICATE KEY UPDATE c = VALUES(c)"
+    upsert = "INSERT INTO t (a) SELECT a FROM u ON DUPLICATE KEY UPDATE a = VALUES(a)"
+    [select] = parse_queries(f"-- name: sel\n{upsert}", "%s")
+    assert select.rows_form() is None
+    [update] = parse_queries("-- name: upd\nUPDATE t SET a = :a", "%s")
+    assert update.rows_form() is None

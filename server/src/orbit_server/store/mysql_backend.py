@@ -42,6 +42,7 @@ from orbit_server.store.url import MySQLUrl
 ER_DUP_ENTRY = 1062
 ER_LOCK_WAIT_TIMEOUT = 1205
 ER_LOCK_DEADLOCK = 1213
+ROWS_PER_INSERT = 500  # rows per multi-row INSERT of execute_many
 # A connection that could not be made or was lost: nothing of the unit was committed.
 _CONNECTION_CODES = frozenset({2002, 2003, 2005, 2006, 2013, 2014, 2055, 1053, 1927, 4031})
 _CONNECTION_EXCEPTIONS: tuple[type[BaseException], ...] = (
@@ -165,12 +166,27 @@ class MySQLTx:
             return 0
         named = self._queries[query]
         args = [_convert_params(tuple(r[p] for p in named.params)) for r in rows]
+        form = named.rows_form()
+        if form is None:
 
-        async def use(cursor: Any) -> int:
-            await cursor.executemany(named.positional, args)
-            return int(cursor.rowcount)
+            async def each(cursor: Any) -> int:
+                await cursor.executemany(named.positional, args)
+                return int(cursor.rowcount)
 
-        return await self._cursor_call(use)
+            return await self._cursor_call(each)
+        head, row, tail = form
+
+        async def together(cursor: Any) -> int:
+            # One multi-row statement per chunk: a round trip and a statement for many rows.
+            count = 0
+            for at in range(0, len(args), ROWS_PER_INSERT):
+                chunk = args[at : at + ROWS_PER_INSERT]
+                sql = head + ", ".join([row] * len(chunk)) + tail
+                await cursor.execute(sql, tuple(v for a in chunk for v in a))
+                count += int(cursor.rowcount)
+            return count
+
+        return await self._cursor_call(together)
 
     async def execute_script(self, statements: Sequence[str]) -> None:
         for statement in statements:

@@ -30,6 +30,12 @@ class Query:
     placeholder: str
     positional: str
 
+    def rows_form(self) -> tuple[str, str, str] | None:
+        """For ``INSERT … VALUES (…) [tail]``: (head, the row tuple, tail) of the positional
+        text, so that many rows go in one statement (``head`` + ``row, row, …`` + ``tail``);
+        None for any other statement."""
+        return _rows_form(self.positional)
+
     def bind(self, values: Mapping[str, Any]) -> tuple[str, tuple[Any, ...]]:
         """The dialect's text and positional arguments for ``values``."""
         try:
@@ -51,6 +57,27 @@ class Query:
             return ", ".join([self.placeholder] * len(value))
 
         return _PARAM.sub(expand, self.text), tuple(flat)
+
+
+_VALUES = re.compile(r"\bVALUES\s*\(", re.IGNORECASE)
+
+
+def _rows_form(text: str) -> tuple[str, str, str] | None:
+    if not re.match(r"\s*(INSERT|REPLACE)\b", text, re.IGNORECASE):
+        return None
+    found = _VALUES.search(text)  # the first: VALUES(col) of an upsert's tail comes later
+    if found is None or re.search(r"\bSELECT\b", text[: found.start()], re.IGNORECASE):
+        return None
+    start = found.end() - 1
+    depth = 0
+    for i in range(start, len(text)):
+        if text[i] == "(":
+            depth += 1
+        elif text[i] == ")":
+            depth -= 1
+            if depth == 0:
+                return text[:start], text[start : i + 1], text[i + 1 :]
+    return None
 
 
 class QueryBook:
