@@ -24,23 +24,26 @@ from orbit_server.store.pulse import TaskEventRecord, TaskRecord
 async def release_permits(tx: Tx, task: TaskRecord, now: datetime, *, waits_again: bool) -> None:
     """A task leaves leased/running: the queue's and the concurrency key's permits come back
     (and the key admits its next task); ``waits_again`` when it returns to pending or
-    scheduled (counted as waiting). Callers hold the task's row, then this locks the queue."""
-    await store.queue_add_counts(
-        tx, task.scope, task.queue, active=-1, pending=1 if waits_again else 0, now=now
-    )
+    scheduled (counted as waiting). Callers hold the task's row; this takes the key's permit
+    row, then the queue's (the lock order of every path, decision 0006)."""
     if task.concurrency_key is not None:
         await store.key_permit_add(tx, task.scope, task.queue, task.concurrency_key, -1, now)
         await admit_key(tx, task.scope, task.queue, task.concurrency_key, now)
+    await store.queue_add_counts(
+        tx, task.scope, task.queue, active=-1, pending=1 if waits_again else 0, now=now
+    )
 
 
 async def admit_key(tx: Tx, scope: Scope, queue: str, key: str, now: datetime) -> None:
     """Bring a concurrency key's rows in the claim range to its first pending tasks in claim
-    order (open gate or none), as many as the key has free permits. Locks the queue row, then
-    the key's permit row: the claim's lock order."""
-    record = await store.queue_get(tx, scope, queue, lock=True)
+    order (open gate or none), as many as the key has free permits. Locks the key's permit row
+    and only reads the queue's row: permit rows are taken before the queue's on every path, and
+    the queue's row is written last (decision 0006). A change of ``key_concurrency`` commits
+    before it readmits every key, so a reader that waited for the permit sees the new value."""
+    active = (await lstore.key_permits_lock(tx, scope, queue, [key], now)).get(key, 0)
+    record = await store.queue_get(tx, scope, queue)
     if record is None:
         return
-    active = (await lstore.key_permits_lock(tx, scope, queue, [key], now)).get(key, 0)
     wanted = await lstore.key_head_pending(
         tx, scope, queue, key, limit=record.key_concurrency - active
     )

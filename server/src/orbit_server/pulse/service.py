@@ -123,15 +123,9 @@ class TaskService:
             else:
                 fresh.append(i)
         per_queue = Counter(tasks[i].queue for i in fresh)
-        for name in sorted(per_queue):  # one fixed lock order across submitters
-            queue = await store.queue_lock_or_create(tx, scope, name, now)
-            if (
-                queue.max_pending is not None
-                and queue.pending + per_queue[name] > queue.max_pending
-            ):
-                raise QueueFull(
-                    f"queue {name} holds its maximum of {queue.max_pending} waiting tasks"
-                )
+        for name in sorted(per_queue):  # a new queue's row exists before its keys' admission
+            if await store.queue_get(tx, scope, name) is None:
+                await store.queue_lock_or_create(tx, scope, name, now)
         gate_ids = sorted({g for i in fresh if (g := tasks[i].gate_id) is not None})
         gates = await lstore.gates_open(tx, gate_ids)
         # Tasks without an idempotency key cannot collide: one multi-row insert for them all.
@@ -169,11 +163,21 @@ class TaskService:
             if t.concurrency_key is None and (t.gate_id is None or gates.get(t.gate_id, False))
         ]
         await store.task_ready_insert_many(tx, ready)
-        for name, count in per_queue.items():
-            if count:
-                await store.queue_add_counts(tx, scope, name, pending=count, now=now)
         for name, key in sorted(keys):  # once per key however many of its tasks came
             await admit_key(tx, scope, name, key, now)
+        # The queues' rows last (decision 0006): locked for the waiting-tasks quota and counted
+        # just before the commit, so results and claims of the queue wait for them only briefly.
+        # Over the quota, the whole unit rolls back.
+        for name in sorted(per_queue):  # one fixed lock order across submitters
+            count = per_queue[name]
+            if not count:  # every task of the queue was a replay
+                continue
+            queue = await store.queue_lock_or_create(tx, scope, name, now)
+            if queue.max_pending is not None and queue.pending + count > queue.max_pending:
+                raise QueueFull(
+                    f"queue {name} holds its maximum of {queue.max_pending} waiting tasks"
+                )
+            await store.queue_add_counts(tx, scope, name, pending=count, now=now)
         for i, first in repeats.items():
             answer = results[first]
             assert answer is not None
@@ -366,9 +370,9 @@ class TaskService:
                 raise StateConflict("the task changed meanwhile; read it and try again")
             reopened = await store.task_get(tx, scope, task_id)
             assert reopened is not None
+            await make_claimable(tx, reopened, now=now)
             await store.queue_lock_or_create(tx, scope, task.queue, now)
             await store.queue_add_counts(tx, scope, task.queue, pending=1, now=now)
-            await make_claimable(tx, reopened, now=now)
             await self._audit.record(
                 tx, scope=scope, actor=actor, action="task.retry", target_kind="task",
                 target_id=task_id, details={"state_before": task.state},
@@ -425,12 +429,12 @@ class TaskService:
         """Give back what a task held in ``state`` as it leaves it for good."""
         if state is TaskState.PENDING:
             await store.task_ready_delete(tx, task.id)
-        if state in (TaskState.PENDING, TaskState.SCHEDULED):
-            await store.queue_add_counts(tx, task.scope, task.queue, pending=-1, now=now)
         if state is TaskState.PENDING and task.concurrency_key is not None:
             await admit_key(tx, task.scope, task.queue, task.concurrency_key, now)
         if state in HOLDS_PERMITS:
             await release_permits(tx, task, now, waits_again=False)
+        if state in (TaskState.PENDING, TaskState.SCHEDULED):  # the queue's row last
+            await store.queue_add_counts(tx, task.scope, task.queue, pending=-1, now=now)
 
 
 class QueueService:

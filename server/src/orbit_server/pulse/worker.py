@@ -217,20 +217,24 @@ class WorkerService:
         token: str,
         now: datetime,
     ) -> list[Lease]:
-        queue = await store.queue_get(tx, scope, want.queue, lock=True)
+        # A plain read: the queue's row is locked only under a concurrency limit, and then
+        # after the permit rows (in _choose) — every result of the queue writes that row last,
+        # and a claim holding it from its start would make them all wait (decision 0006).
+        queue = await store.queue_get(tx, scope, want.queue)
         if queue is None or queue.paused:
             return []
-        if queue.concurrency_limit is not None:
+        if queue.concurrency_limit is not None:  # a first look; _choose decides under the lock
             take = min(take, queue.concurrency_limit - queue.active)
             if take <= 0:
                 return []
-        # Read beyond ``take`` so that rows skipped for permits, gates or versions do not
-        # starve the batch; when a full read still leaves the batch short, read once more,
-        # deeper, so a blocked head of the queue does not hide claimable work behind it.
-        scan = min(max(take * 2, take + 16), DEEP_SCAN)
+        # Read as many rows as the claim takes: admission keeps keys without free permits and
+        # closed gates out of the claim range, and versions are filtered by the index scan, so
+        # a row is rarely refused. When a full read still leaves the batch short, read once
+        # more, deeper, so a blocked head of the queue does not hide claimable work behind it.
+        scan = min(take, DEEP_SCAN)
         while True:
             candidates = await self._fair_candidates(tx, scope, want, scan)
-            chosen = await self._choose(tx, scope, want, queue, candidates, take, now)
+            chosen, take = await self._choose(tx, scope, want, queue, candidates, take, now)
             if len(chosen) >= take or len(candidates) < scan or scan >= DEEP_SCAN:
                 break
             scan = DEEP_SCAN
@@ -256,11 +260,11 @@ class WorkerService:
             if t.concurrency_key is not None:
                 taken_per_key[t.concurrency_key] += 1
         await lstore.attempts_insert(tx, leased, now)
+        for key, count in sorted(taken_per_key.items()):
+            await store.key_permit_add(tx, scope, want.queue, key, count, now)
         await store.queue_add_counts(
             tx, scope, want.queue, pending=-len(leased), active=len(leased), now=now
         )
-        for key, count in sorted(taken_per_key.items()):
-            await store.key_permit_add(tx, scope, want.queue, key, count, now)
         return [Lease(LeaseRef(t.id, t.lease_epoch, token), t, expires_at) for t in leased]
 
     @staticmethod
@@ -272,13 +276,20 @@ class WorkerService:
         candidates: list[Candidate],
         take: int,
         now: datetime,
-    ) -> list[Candidate]:
-        """The candidates this claim may lease: open gate, key permits (the versions were
-        filtered by the candidates' query)."""
+    ) -> tuple[list[Candidate], int]:
+        """The candidates this claim may lease: open gate, key permits, the queue's limit (the
+        versions were filtered by the candidates' query); and ``take`` under that limit."""
         gates = await lstore.gates_open(tx, [c.gate_id for c in candidates if c.gate_id])
         candidates = [c for c in candidates if c.gate_id is None or gates.get(c.gate_id, False)]
         keyed = [c.concurrency_key for c in candidates if c.concurrency_key is not None]
         permits = await lstore.key_permits_lock(tx, scope, want.queue, keyed, now)
+        if queue.concurrency_limit is not None:
+            locked = await store.queue_get(tx, scope, want.queue, lock=True)
+            if locked is None or locked.paused:
+                return [], 0
+            queue = locked
+            if queue.concurrency_limit is not None:
+                take = max(0, min(take, queue.concurrency_limit - queue.active))
         chosen: list[Candidate] = []
         taken_per_key: dict[str, int] = defaultdict(int)
         for candidate in candidates:
@@ -290,7 +301,7 @@ class WorkerService:
                     continue
                 taken_per_key[key] += 1
             chosen.append(candidate)
-        return chosen
+        return chosen, take
 
     async def _fair_candidates(
         self, tx: Tx, scope: Scope, want: Want, scan: int
@@ -550,11 +561,11 @@ class WorkerService:
             per_queue[(task.scope, task.queue)] += 1
             if task.concurrency_key is not None:
                 per_key[(task.scope, task.queue, task.concurrency_key)] += 1
-        for (scope, queue), count in sorted(per_queue.items()):
-            await store.queue_add_counts(tx, scope, queue, active=-count, now=now)
         for (scope, queue, key), count in sorted(per_key.items()):
             await store.key_permit_add(tx, scope, queue, key, -count, now)
             await admit_key(tx, scope, queue, key, now)
+        for (scope, queue), count in sorted(per_queue.items()):
+            await store.queue_add_counts(tx, scope, queue, active=-count, now=now)
         return set(picked)
 
     async def _report_locked(

@@ -246,12 +246,14 @@ async def queue_update_settings(
 async def queue_add_counts(
     tx: Tx, scope: Scope, name: str, *, pending: int = 0, active: int = 0, now: datetime
 ) -> None:
-    """Move the queue's counters by the given deltas (in the transaction that moves tasks)."""
-    params = {**_scope_params(scope), "name": name, "now": now}
-    if pending:
-        await tx.execute("queue_add_pending", {**params, "delta": pending})
-    if active:
-        await tx.execute("queue_add_active", {**params, "delta": active})
+    """Move the queue's counters by the given deltas (in the transaction that moves tasks). The
+    row stays locked until the transaction ends: callers do this last, to hold it briefly."""
+    if pending or active:
+        await tx.execute(
+            "queue_add_counts",
+            {**_scope_params(scope), "name": name, "pending": pending, "active": active,
+             "now": now},
+        )  # fmt: skip
 
 
 async def key_permit_ensure(

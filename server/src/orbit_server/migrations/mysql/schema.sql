@@ -102,19 +102,23 @@ CREATE TABLE IF NOT EXISTS tasks (
   created_at DATETIME(6) NOT NULL,
   updated_at DATETIME(6) NOT NULL,
   finished_at DATETIME(6) NULL,
+  due_at DATETIME(6) GENERATED ALWAYS AS (CASE WHEN state = 'scheduled' THEN run_at END) STORED,
+  held_by VARCHAR(64) GENERATED ALWAYS AS (CASE WHEN state IN ('leased', 'running') THEN session_id END) STORED,
+  pending_gate VARCHAR(40) GENERATED ALWAYS AS (CASE WHEN state = 'pending' THEN gate_id END) STORED,
+  pending_key VARCHAR(200) GENERATED ALWAYS AS (CASE WHEN state = 'pending' THEN concurrency_key END) STORED,
   PRIMARY KEY (id),
   UNIQUE KEY tasks_idempotency (tenant, environment, idempotency_key),
   KEY tasks_scope (tenant, environment, id),
   KEY tasks_queue (tenant, environment, queue, id),
   KEY tasks_queue_state (tenant, environment, queue, state, id),
   KEY tasks_state (tenant, environment, state, id),
-  KEY tasks_due (state, run_at),
   KEY tasks_lease (state, lease_expires_at),
-  KEY tasks_finished (state, finished_at),
   KEY tasks_owner (owner_kind, owner_id),
-  KEY tasks_session (session_id, state),
-  KEY tasks_gate (gate_id, state),
-  KEY tasks_key (tenant, environment, queue, concurrency_key, state, priority DESC, run_at, id)
+  KEY tasks_due (due_at),
+  KEY tasks_finished (finished_at),
+  KEY tasks_session (held_by),
+  KEY tasks_gate (pending_gate),
+  KEY tasks_key (tenant, environment, queue, pending_key, priority DESC, run_at, id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE IF NOT EXISTS task_ready (

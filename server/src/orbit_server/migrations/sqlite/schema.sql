@@ -102,6 +102,10 @@ CREATE TABLE IF NOT EXISTS tasks (
   created_at TEXT NOT NULL,
   updated_at TEXT NOT NULL,
   finished_at TEXT NULL,
+  due_at TEXT GENERATED ALWAYS AS (CASE WHEN state = 'scheduled' THEN run_at END) VIRTUAL,
+  held_by TEXT GENERATED ALWAYS AS (CASE WHEN state IN ('leased', 'running') THEN session_id END) VIRTUAL,
+  pending_gate TEXT GENERATED ALWAYS AS (CASE WHEN state = 'pending' THEN gate_id END) VIRTUAL,
+  pending_key TEXT GENERATED ALWAYS AS (CASE WHEN state = 'pending' THEN concurrency_key END) VIRTUAL,
   PRIMARY KEY (id)
 );
 
@@ -115,19 +119,19 @@ CREATE INDEX IF NOT EXISTS tasks_queue_state ON tasks (tenant, environment, queu
 
 CREATE INDEX IF NOT EXISTS tasks_state ON tasks (tenant, environment, state, id);
 
-CREATE INDEX IF NOT EXISTS tasks_due ON tasks (state, run_at);
+CREATE INDEX IF NOT EXISTS tasks_due ON tasks (due_at);
 
 CREATE INDEX IF NOT EXISTS tasks_lease ON tasks (state, lease_expires_at);
 
-CREATE INDEX IF NOT EXISTS tasks_finished ON tasks (state, finished_at);
+CREATE INDEX IF NOT EXISTS tasks_finished ON tasks (finished_at);
 
 CREATE INDEX IF NOT EXISTS tasks_owner ON tasks (owner_kind, owner_id);
 
-CREATE INDEX IF NOT EXISTS tasks_session ON tasks (session_id, state);
+CREATE INDEX IF NOT EXISTS tasks_session ON tasks (held_by);
 
-CREATE INDEX IF NOT EXISTS tasks_gate ON tasks (gate_id, state);
+CREATE INDEX IF NOT EXISTS tasks_gate ON tasks (pending_gate);
 
-CREATE INDEX IF NOT EXISTS tasks_key ON tasks (tenant, environment, queue, concurrency_key, state, priority DESC, run_at, id);
+CREATE INDEX IF NOT EXISTS tasks_key ON tasks (tenant, environment, queue, pending_key, priority DESC, run_at, id);
 
 
 CREATE TABLE IF NOT EXISTS task_ready (

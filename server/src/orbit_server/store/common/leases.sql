@@ -64,8 +64,8 @@ UPDATE tasks SET state = :state, result = :result, error = :error, finished_at =
 UPDATE tasks SET state = 'pending', updated_at = :now WHERE id IN (:task_ids) AND state = 'scheduled'
 
 -- name: session_leases
-SELECT id, lease_epoch, lease_token, state FROM tasks
- WHERE session_id = :session_id AND state IN ('leased', 'running')
+-- held_by is the session of a leased or running task and NULL in every other state.
+SELECT id, lease_epoch, lease_token, state FROM tasks WHERE held_by = :session_id
 
 -- name: attempt_get
 SELECT task_id, number, state, cause, worker_id, session_id, node, leased_at, started_at,
@@ -80,7 +80,7 @@ INSERT INTO task_ready (task_id, tenant, environment, queue, type, priority, run
                         concurrency_key, handler_version, gate_id)
 SELECT id, tenant, environment, queue, type, priority, run_at, COALESCE(fairness_key, ''),
        concurrency_key, handler_version, gate_id
-  FROM tasks WHERE gate_id = :gate_id AND state = 'pending' AND concurrency_key IS NULL
+  FROM tasks WHERE pending_gate = :gate_id AND state = 'pending' AND concurrency_key IS NULL
 
 -- name: ready_of_key
 SELECT task_id FROM task_ready
@@ -96,13 +96,13 @@ SELECT id, tenant, environment, queue, type, priority, run_at, COALESCE(fairness
 
 -- name: gate_pending_keys
 SELECT DISTINCT tenant, environment, queue, concurrency_key FROM tasks
- WHERE gate_id = :gate_id AND state = 'pending' AND concurrency_key IS NOT NULL
+ WHERE pending_gate = :gate_id AND state = 'pending' AND concurrency_key IS NOT NULL
 
 -- name: queue_pending_keys
-SELECT DISTINCT concurrency_key FROM tasks
+SELECT DISTINCT pending_key AS concurrency_key FROM tasks
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue
-   AND concurrency_key IS NOT NULL AND state = 'pending'
- ORDER BY concurrency_key
+   AND pending_key IS NOT NULL AND state = 'pending'
+ ORDER BY pending_key
 
 -- name: ready_exists
 SELECT task_id FROM task_ready

@@ -22,12 +22,8 @@ UPDATE queues SET paused = :paused, concurrency_limit = :concurrency_limit,
        key_concurrency = :key_concurrency, max_pending = :max_pending, updated_at = :now
  WHERE tenant = :tenant AND environment = :environment AND name = :name
 
--- name: queue_add_pending
-UPDATE queues SET pending = pending + :delta, updated_at = :now
- WHERE tenant = :tenant AND environment = :environment AND name = :name
-
--- name: queue_add_active
-UPDATE queues SET active = active + :delta, updated_at = :now
+-- name: queue_add_counts
+UPDATE queues SET pending = pending + :pending, active = active + :active, updated_at = :now
  WHERE tenant = :tenant AND environment = :environment AND name = :name
 
 -- name: queue_state_counts

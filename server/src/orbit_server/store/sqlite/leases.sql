@@ -45,8 +45,8 @@ SELECT id, tenant, environment, queue FROM tasks
  LIMIT :limit
 
 -- name: scheduled_due
-SELECT * FROM tasks WHERE state = 'scheduled' AND run_at <= :now
- ORDER BY run_at LIMIT :limit
+SELECT * FROM tasks WHERE due_at <= :now AND state = 'scheduled'
+ ORDER BY due_at LIMIT :limit
 
 -- name: gate_lock
 SELECT id, tenant, environment, open, version, created_at, updated_at FROM gates
@@ -57,7 +57,7 @@ SELECT id, tenant, environment, open, version, created_at, updated_at FROM gates
 SELECT t.id FROM tasks t INDEXED BY tasks_key
   LEFT JOIN gates g ON g.id = t.gate_id
  WHERE t.tenant = :tenant AND t.environment = :environment AND t.queue = :queue
-   AND t.concurrency_key = :concurrency_key AND t.state = 'pending'
+   AND t.pending_key = :concurrency_key AND t.state = 'pending'
    AND (t.gate_id IS NULL OR g.open = 1)
  ORDER BY t.priority DESC, t.run_at, t.id
  LIMIT :limit
