@@ -95,8 +95,10 @@ async def test_key_exclusion_holds_against_concurrent_claims(node: Node) -> None
 
 @pytest.mark.parametrize("limit", ["queue", "key"])
 async def test_a_claim_waits_for_the_permits_of_a_claim_in_flight(node: Node, limit: str) -> None:
-    """Step by step: claim A has taken permits and not committed; claim B starts, waits on
-    the queue row, and after A commits sees A's permits taken."""
+    """Step by step: claim A has taken permits and not committed; claim B starts. Under a
+    queue limit, B waits on the queue row and after A commits sees A's permits taken. With
+    keys, B finds nothing at once: A holds each key's one admitted row (SKIP LOCKED passes over
+    them) and the keys' other tasks are outside the claim range (decision 0004)."""
     if limit == "queue":
         await node.queues.update(SCOPE, "q", QueueSettings(concurrency_limit=2), actor=ACTOR)
         await submit(node, 10)
@@ -117,7 +119,10 @@ async def test_a_claim_waits_for_the_permits_of_a_claim_in_flight(node: Node, li
     a = asyncio.create_task(node.db.run(claim_and_hold))
     await holding.wait()
     b = asyncio.create_task(node.workers.claim(SCOPE, second, [Want("q", "t", 10)], limit=10))
-    await wait_for_lock_waiters(node.db, 1)  # B waits for A's queue row
+    if limit == "queue":
+        await wait_for_lock_waiters(node.db, 1)  # B waits for A's queue row
+    else:
+        assert await b == []  # while A has not committed
     release.set()
     assert await a == 2 and await b == []
     q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))

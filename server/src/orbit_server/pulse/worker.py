@@ -142,13 +142,13 @@ def _claim_order(c: Candidate) -> tuple[int, datetime, str]:
     return (-c.priority, c.run_at, c.task_id)
 
 
-def _holds(task: TaskRecord, ref: LeaseRef) -> bool:
+def _holds(task: TaskRecord | lstore.LockedTask, ref: LeaseRef) -> bool:
     """The fence in Python, for rows read in bulk: this lease (attempt and token) is the task's
     current one (what ``task_lock_fenced`` checks in SQL)."""
     return (task.lease_epoch, task.lease_token) == (ref.attempt, ref.lease_token)
 
 
-def _expired(task: TaskRecord, now: datetime) -> bool:
+def _expired(task: TaskRecord | lstore.LockedTask, now: datetime) -> bool:
     """A lease whose time is up no longer holds, even before recovery has processed it."""
     return task.lease_expires_at is None or task.lease_expires_at <= now
 
@@ -503,7 +503,7 @@ class WorkerService:
         async def unit(tx: Tx) -> list[Outcome]:
             now = self._clock.now()
             rows = await lstore.tasks_lock_many(tx, [r.ref.task_id for r in reports])
-            locked: list[TaskRecord | None] = []
+            locked: list[lstore.LockedTask | None] = []
             for report in reports:  # fenced: the row only if this lease still holds it
                 task = rows.get(report.ref.task_id)
                 locked.append(task if task is not None and _holds(task, report.ref) else None)
@@ -532,7 +532,7 @@ class WorkerService:
         self,
         tx: Tx,
         reports: Sequence[Report],
-        locked: Sequence[TaskRecord | None],
+        locked: Sequence[lstore.LockedTask | None],
         now: datetime,
     ) -> set[int]:
         """The common case in bulk: successes of running attempts whose leases hold. The same

@@ -12,7 +12,7 @@ import msgspec
 
 from orbit_server.ids import new_id
 from orbit_server.scope import Scope
-from orbit_server.store.base import Tx
+from orbit_server.store.base import Row, Tx
 from orbit_server.store.pulse import (
     AttemptRecord,
     TaskEventRecord,
@@ -33,6 +33,26 @@ class Candidate:
     concurrency_key: str | None
     handler_version: str | None
     gate_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LockedTask:
+    """What the bulk start and result paths read of a locked task row: its lease (the fence),
+    state and what the transition writes besides the row — not the params or the result."""
+
+    id: str
+    scope: Scope
+    queue: str
+    state: str
+    lease_epoch: int
+    lease_token: str | None
+    lease_expires_at: datetime | None
+    gate_id: str | None
+    timeout_ms: int
+    concurrency_key: str | None
+    owner_kind: str | None
+    owner_id: str | None
+    event_seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,16 +291,27 @@ async def tasks_lease_many(
     return await tasks_get_many(tx, task_ids)
 
 
-async def tasks_lock_many(tx: Tx, task_ids: Sequence[str]) -> dict[str, TaskRecord]:
-    """Lock many task rows in id order (one statement); answers them by id."""
+async def tasks_lock_many(tx: Tx, task_ids: Sequence[str]) -> dict[str, LockedTask]:
+    """Lock many task rows in id order (one statement); answers their leases by id."""
     if not task_ids:
         return {}
     rows = await tx.fetch_all("tasks_lock_many", {"task_ids": sorted(set(task_ids))})
-    return {str(r["id"]): task_from_row(r) for r in rows}
+    return {str(r["id"]): _locked(r) for r in rows}
+
+
+def _locked(r: Row) -> LockedTask:
+    return LockedTask(
+        id=str(r["id"]), scope=Scope(str(r["tenant"]), str(r["environment"])),
+        queue=str(r["queue"]), state=str(r["state"]), lease_epoch=int(r["lease_epoch"]),
+        lease_token=r["lease_token"], lease_expires_at=r["lease_expires_at"],
+        gate_id=r["gate_id"], timeout_ms=int(r["timeout_ms"]),
+        concurrency_key=r["concurrency_key"], owner_kind=r["owner_kind"],
+        owner_id=r["owner_id"], event_seq=int(r["event_seq"]),
+    )  # fmt: skip
 
 
 async def tasks_succeed_many(
-    tx: Tx, tasks: Sequence[TaskRecord], results: Sequence[Any], now: datetime
+    tx: Tx, tasks: Sequence[LockedTask], results: Sequence[Any], now: datetime
 ) -> None:
     """Running tasks (locked by the caller) to ``succeeded`` with their results, their
     attempts ended ``completed`` and their result events written: a few statements for the

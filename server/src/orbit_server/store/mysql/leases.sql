@@ -65,4 +65,6 @@ SELECT t.id FROM tasks t FORCE INDEX (tasks_key)
  LIMIT :limit
 
 -- name: tasks_lock_many
-SELECT * FROM tasks WHERE id IN (:task_ids) ORDER BY id FOR UPDATE
+SELECT id, tenant, environment, queue, state, lease_epoch, lease_token, lease_expires_at, gate_id,
+       timeout_ms, concurrency_key, owner_kind, owner_id, event_seq
+  FROM tasks WHERE id IN (:task_ids) ORDER BY id FOR UPDATE
