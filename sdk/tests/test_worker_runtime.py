@@ -514,3 +514,81 @@ async def test_unsafe_handlers_given_idempotent_tasks_log_a_warning_once(
                 await conn.results(2)
     warnings = [r for r in caplog.records if "registered as unsafe" in r.getMessage()]
     assert len(warnings) == 1
+
+
+async def test_an_eager_delivery_runs_before_its_start_answer_and_reports_after_it() -> None:
+    """``eager_start``: the handler runs once the start is sent; its result waits for
+    ``started`` and goes out after it, never before."""
+    ran = asyncio.Event()
+    async with FakeServer() as server:
+        worker = make_worker(server, concurrency=2)
+
+        @worker.handler(queue="q", type="t")
+        async def handle(ctx: TaskContext) -> str:
+            ran.set()
+            return "done"
+
+        async with running(worker):
+            conn = await server.accept()
+            await conn.welcome()
+            await conn.send({"type": "tasks", "items": [delivery("tsk_a", eager_start=True)]})
+            start = await conn.expect("start")
+            await asyncio.wait_for(ran.wait(), TIMEOUT)  # no answer to the start yet
+            await asyncio.sleep(0)
+            assert conn.frames.empty()  # and no result either
+            await conn.start_all(start)
+            [result] = (await conn.results(1)).values()
+            assert result["outcome"] == "succeeded" and result["result"] == "done"
+            await conn.credits(1)
+    assert conn.types().index("start") < conn.types().index("result")
+
+
+@pytest.mark.parametrize("verdict", ["denied", "stale"])
+async def test_an_eager_handler_refused_its_start_is_stopped_and_not_reported(
+    verdict: str,
+) -> None:
+    running_now, stopped = asyncio.Event(), asyncio.Event()
+    async with FakeServer() as server:
+        worker = make_worker(server, concurrency=1)
+
+        @worker.handler(queue="q", type="t")
+        async def handle(ctx: TaskContext) -> None:
+            running_now.set()
+            try:
+                await asyncio.Event().wait()
+            finally:
+                stopped.set()
+
+        async with running(worker):
+            conn = await server.accept()
+            await conn.welcome()
+            await conn.send({"type": "tasks", "items": [delivery("tsk_a", eager_start=True)]})
+            start = await conn.expect("start")
+            await asyncio.wait_for(running_now.wait(), TIMEOUT)
+            item = {"task_id": "tsk_a", "attempt": 1, "verdict": verdict}
+            await conn.send({"type": "started", "re": start["id"], "items": [item]})
+            await asyncio.wait_for(stopped.wait(), TIMEOUT)
+            await conn.credits(1)
+    assert "result" not in conn.types()
+
+
+async def test_without_eager_start_the_handler_waits_for_its_start_answer() -> None:
+    ran = asyncio.Event()
+    async with FakeServer() as server:
+        worker = make_worker(server, concurrency=1)
+
+        @worker.handler(queue="q", type="t")
+        async def handle(ctx: TaskContext) -> None:
+            ran.set()
+
+        async with running(worker):
+            conn = await server.accept()
+            await conn.welcome()
+            await conn.send({"type": "tasks", "items": [delivery("tsk_a", eager_start=False)]})
+            start = await conn.expect("start")
+            for _ in range(20):  # let the worker run whatever it would run
+                await asyncio.sleep(0)
+            assert not ran.is_set()
+            await conn.start_all(start)
+            await conn.results(1)
+    assert ran.is_set()

@@ -136,6 +136,19 @@ async def test_delivery_start_result_and_a_harmless_resend(live: Live) -> None:
     assert (task.state, task.result) == ("succeeded", {"ok": True})
 
 
+async def test_only_idempotent_tasks_without_a_gate_may_start_eagerly(live: Live) -> None:
+    """``eager_start``: the worker may run the handler before the start answer only where the
+    start check could refuse nothing but a lost lease."""
+    gate = await live.node.gates.create(SCOPE)
+    [plain] = await submit(live)
+    [unsafe] = await submit(live, side_effect="unsafe")
+    [gated] = await submit(live, gate_id=gate)
+    async with live.connect() as ws:
+        await hello(ws, capacity=3)
+        eager = {d["task_id"]: d["eager_start"] for d in await deliveries(ws, 3)}
+    assert eager == {plain: True, unsafe: False, gated: False}
+
+
 async def test_a_failure_with_retryable_false_fails_the_task(live: Live) -> None:
     [task_id] = await submit(live)
     async with live.connect() as ws:

@@ -166,6 +166,7 @@ class Delivery(msgspec.Struct, kw_only=True):
     max_attempts: int | None = None
     labels: dict[str, str] = {}
     traceparent: str | None = None
+    eager_start: bool = False  # may run once its start request is sent (see docs/protocol.md)
 
     @property
     def ref(self) -> Ref:

@@ -55,7 +55,7 @@ ABORT_WAIT_S: Final = 5.0
 
 
 class Phase(enum.Enum):
-    DELIVERED = "delivered"  # waiting for its start verdict
+    DELIVERED = "delivered"  # waiting for its start verdict (an eager one may be running)
     RUNNING = "running"
     FINISHED = "finished"  # result waiting for its ack
     RELEASING = "releasing"
@@ -75,6 +75,7 @@ class Attempt:
     result_size: int = 0
     cancel_reason: str | None = None
     cancel_pending: bool = False
+    ran_early: bool = False  # an eager handler returned before its start verdict came
     ref: Ref = field(init=False)
 
     def __post_init__(self) -> None:
@@ -125,10 +126,13 @@ class Runtime:
         return not (self.stopping or self.draining)
 
     def busy(self) -> int:
-        """Slots in use: attempts not yet running, and handlers that have not returned (a
-        lost sync handler keeps its thread, and so its slot, until it returns)."""
+        """Slots in use: attempts not yet running (or whose eager handler returned before the
+        start verdict), and handlers that have not returned (a lost sync handler keeps its
+        thread, and so its slot, until it returns)."""
         waiting = sum(
-            1 for a in self.attempts.values() if a.phase in (Phase.DELIVERED, Phase.RELEASING)
+            1
+            for a in self.attempts.values()
+            if a.phase in (Phase.DELIVERED, Phase.RELEASING) and (a.task is None or a.task.done())
         )
         return waiting + len(self.handler_tasks)
 
@@ -166,6 +170,8 @@ class Runtime:
         releases; those whose start is in flight wait for their verdict. ``True`` if any."""
         changed = False
         for attempt in self.attempts.values():
+            if attempt.task is not None:
+                continue  # an eager handler runs: its attempt waits for the start verdict
             if attempt.phase is Phase.DELIVERED and attempt.inflight in (None, WAITING):
                 attempt.phase, attempt.inflight = Phase.RELEASING, None
                 changed = True
@@ -202,6 +208,26 @@ class Runtime:
             self._set_lease(attempt, delivery.lease_expires_at, now)
         self._changed()
 
+    def start_sent(self, refs: Iterable[Ref]) -> None:
+        """The start request of these attempts is on its way: launch the handlers the server
+        allowed to run before the answer (``eager_start``: idempotent, no gate). Their results
+        wait for the verdict; a refusal stops them unreported."""
+        for ref in refs:
+            attempt = self.attempts.get((ref.task_id, ref.attempt))
+            if (
+                attempt is None
+                or attempt.phase is not Phase.DELIVERED
+                or attempt.spec is None
+                or attempt.task is not None
+                or not attempt.delivery.eager_start
+                or not self.accepting
+            ):
+                continue
+            attempt.context = self._context_for(attempt.delivery, None)
+            if attempt.cancel_pending:
+                attempt.context._cancel(attempt.cancel_reason, requested=True)
+            self._launch(attempt, attempt.spec, attempt.context)
+
     def on_started(self, answers: Iterable[StartAnswer], sent_at: float) -> None:
         for answer in answers:
             attempt = self.attempts.get((answer.task_id, answer.attempt))
@@ -210,10 +236,18 @@ class Runtime:
             attempt.inflight = None
             if answer.verdict != "started" or attempt.spec is None:
                 self._logger.debug("task %s not started: %s", answer.task_id, answer.verdict)
-                self._forget(attempt)
+                if attempt.task is not None:  # an eager handler: stop it, report nothing
+                    self.lose(attempt.key, f"its start was answered {answer.verdict}")
+                else:
+                    self._forget(attempt)
                 continue
             self._set_lease(attempt, answer.lease_expires_at, sent_at)
             attempt.phase = Phase.RUNNING
+            if attempt.task is not None:  # eager: running already
+                if attempt.ran_early:
+                    early, attempt.result = attempt.result, None
+                    self._finish(attempt, early)
+                continue
             attempt.context = self._context_for(attempt.delivery, answer.deadline_at)
             if attempt.cancel_pending:
                 attempt.context._cancel(attempt.cancel_reason, requested=True)
@@ -273,9 +307,9 @@ class Runtime:
         attempt = self.attempts.get(key)
         if attempt is None:
             return
-        if attempt.phase is Phase.DELIVERED:
+        if attempt.phase is Phase.DELIVERED and attempt.task is None:
             attempt.cancel_pending, attempt.cancel_reason = True, reason
-        elif attempt.phase is Phase.RUNNING and attempt.context is not None:
+        elif attempt.phase in (Phase.RUNNING, Phase.DELIVERED) and attempt.context is not None:
             if attempt.context._cancel(reason, requested=True):
                 self._logger.info("task %s: cancel requested (%s)", key[0], reason or "no reason")
             self._cancel_async_handler(attempt)
@@ -359,6 +393,9 @@ class Runtime:
     def _finish(self, attempt: Attempt, item: ResultItem | None) -> None:
         if self.attempts.get(attempt.key) is not attempt:
             return  # lost meanwhile: never report it
+        if attempt.phase is Phase.DELIVERED:  # an eager handler: the verdict decides
+            attempt.ran_early, attempt.result = True, item
+            return
         if attempt.timer is not None:
             attempt.timer.cancel()
             attempt.timer = None

@@ -209,6 +209,8 @@ class Session:
             self._dirty.clear()
             for frame in self._compose():
                 await self._send(frame)
+                if isinstance(frame, Start):
+                    self._runtime.start_sent(frame.items)
 
     async def _heartbeats(self) -> None:
         # Renewing is the one thing here that runs on a timer: the protocol asks for it.

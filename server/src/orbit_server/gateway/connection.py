@@ -119,6 +119,7 @@ class Connection:
                 max_attempts=lease.task.max_attempts,
                 labels=dict(lease.task.labels),
                 traceparent=lease.task.traceparent,
+                eager_start=lease.task.side_effect == "idempotent" and lease.task.gate_id is None,
             )
             for lease in leases
         ]

@@ -133,6 +133,9 @@ class Delivery(msgspec.Struct, kw_only=True):
     max_attempts: int
     labels: dict[str, str]
     traceparent: str | None
+    # The handler may run once the start request is sent, before its answer: an idempotent
+    # task without a gate (nothing for the start check to refuse but a lost lease).
+    eager_start: bool = False
 
 
 class Tasks(Frame, tag="tasks"):
