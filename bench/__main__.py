@@ -14,7 +14,7 @@ def main(argv: list[str] | None = None) -> int:
     # The MariaDB harness of the test suite starts a private server for a run.
     sys.path.insert(0, str(ROOT / "server"))
     from bench.claim import run_claim_benchmark
-    from bench.suite import run_latency_suite, run_suite
+    from bench.suite import run_latency_suite, run_memory_suite, run_suite
 
     parser = argparse.ArgumentParser(prog="python -m bench")
     sub = parser.add_subparsers(dest="scenario", required=True)
@@ -60,7 +60,25 @@ def main(argv: list[str] | None = None) -> int:
     lat.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
     lat.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
     lat.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
+    mem = sub.add_parser("memory", help="server memory over a steady run")
+    mem.add_argument("--minutes", type=float, default=10.0, help="length of the steady run")
+    mem.add_argument("--rate", type=int, default=500, help="tasks submitted per second")
+    mem.add_argument("--capacity", type=int, default=64, help="total worker capacity")
+    mem.add_argument("--processes", type=int, default=2, help="SDK worker processes")
+    mem.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
+    mem.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
+    mem.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
     args = parser.parse_args(argv)
+    if args.scenario == "memory":
+        return run_memory_suite(
+            url=args.url,
+            minutes=0.1 if args.smoke else args.minutes,
+            rate=50 if args.smoke else args.rate,
+            capacity=8 if args.smoke else args.capacity,
+            processes=1 if args.smoke else args.processes,
+            out=args.out,
+            sample_s=1.0 if args.smoke else 10.0,
+        )
     if args.scenario == "latency":
         return run_latency_suite(url=args.url, tasks=20 if args.smoke else args.tasks, out=args.out)
     if args.scenario == "throughput":

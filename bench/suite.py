@@ -14,6 +14,7 @@ from bench.baseline import BaselineResult, run_baseline
 from bench.claim import server_facts
 from bench.databases import Databases
 from bench.latency import LatencyResult, run_latency
+from bench.memory import run_memory
 from bench.throughput import ThroughputResult, run_throughput
 from orbit_server.store import open_database
 
@@ -125,5 +126,38 @@ def run_latency_suite(*, url: str | None, tasks: int, out: Path) -> int:
     ]
     data = {"results": [asdict(r) for r in results]}
     path = report.write(out, "latency", "Latency", facts, data, body)
+    print(f"report: {path}")
+    return 0
+
+
+def run_memory_suite(
+    *, url: str | None, minutes: float, rate: int, capacity: int, processes: int, out: Path,
+    sample_s: float,
+) -> int:  # fmt: skip
+    """``python -m bench memory``: the server's resident memory over a steady run."""
+    with Databases(url) as dbs:
+        db_url = dbs.fresh("bench_memory")
+        facts = asyncio.run(_facts(db_url))
+        found = run_memory(
+            db_url, minutes=minutes, rate=rate, capacity=capacity, processes=processes,
+            sample_s=sample_s,
+        )  # fmt: skip
+    summary = {k: v for k, v in asdict(found).items() if k != "samples"}
+    print(json.dumps({"memory": summary}), flush=True)
+    body = [
+        f"Steady load: {found.rate_per_s:,} no-op tasks/s submitted over HTTP for "
+        f"{found.minutes:g} min ({found.tasks:,} tasks, all succeeded), capacity {capacity} in "
+        f"{processes} worker processes. Server resident memory (VmRSS), sampled every "
+        f"{sample_s:g} s; the first {found.warmup_s:g} s are warm-up.",
+        "",
+        "| after warm-up MiB | max MiB | last MiB | drift (max vs after warm-up) |",
+        "| ---: | ---: | ---: | ---: |",
+        f"| {found.baseline_mib} | {found.max_mib} | {found.last_mib} | {found.drift:+.1%} |",
+        "",
+        "| seconds | MiB |",
+        "| ---: | ---: |",
+        *[f"| {at} | {mib} |" for at, mib in found.samples],
+    ]
+    path = report.write(out, "memory", "Server memory", facts, asdict(found), body)
     print(f"report: {path}")
     return 0
