@@ -66,3 +66,17 @@ async def test_the_latency_benchmark_runs_and_reports(
     assert [(r["placement"], r["tasks"]) for r in runs] == [("same node", 20), ("cross node", 20)]
     assert all(0 < r["start_p50_ms"] <= r["result_p99_ms"] for r in runs)
     assert len(sorted(tmp_path.glob("latency-*.md"))) == 1
+
+
+async def test_the_memory_benchmark_runs_and_reports(
+    mysql_server: MySQLServerForTests, tmp_path: Path
+) -> None:
+    done = await run_bench(mysql_server, tmp_path, "memory", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [run] = [
+        json.loads(line)["memory"] for line in done.stdout.splitlines() if line.startswith("{")
+    ]
+    assert run["tasks"] > 0 and run["succeeded"] == run["tasks"]
+    assert 0 < run["baseline_mib"] <= run["max_mib"]
+    [report] = sorted(tmp_path.glob("memory-*.md"))
+    assert "| seconds | MiB |" in report.read_text()
