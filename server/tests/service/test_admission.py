@@ -20,10 +20,10 @@ from tests.service.test_worker import ACTOR, BOB, claim, submit
 
 
 async def admitted(node: Node, key: str) -> set[str]:
-    return await node.db.read(lambda tx: lstore.ready_of_key(tx, SCOPE, "emails", key))
+    return await node.db.read(lambda tx: lstore.ready_of_keys(tx, SCOPE, "emails", [key]))
 
 
-@pytest.mark.covers("ready_of_key", "key_head_pending", "ready_insert_tasks")
+@pytest.mark.covers("ready_of_keys", "key_head_pending", "ready_insert_tasks")
 async def test_a_busy_key_keeps_its_backlog_out_of_the_claim_range(node: Node) -> None:
     first = await submit(node, 1, concurrency_key="big")
     backlog = await submit(node, DEEP_SCAN + 500, concurrency_key="big")

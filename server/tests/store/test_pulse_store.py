@@ -109,6 +109,22 @@ async def test_counters_and_key_permits_move_by_deltas(db: Database, clock: Fake
     assert none == 0
 
 
+@pytest.mark.covers("key_permits_add_many")
+async def test_many_keys_move_by_their_own_deltas(db: Database, clock: FakeClock) -> None:
+    keys = ["a", "b", "c", "d"]
+
+    async def unit(tx: Tx) -> list[int]:
+        for key in keys:
+            await store.key_permit_ensure(tx, SCOPE, "emails", key, clock.now())
+        await store.key_permits_add_many(
+            tx, SCOPE, "emails", {"a": 2, "b": 2, "c": 1, "d": 0}, clock.now()
+        )
+        await store.key_permits_add_many(tx, SCOPE, "emails", {"a": -1, "c": 3}, clock.now())
+        return [await store.key_permit_active(tx, SCOPE, "emails", key) for key in keys]
+
+    assert await db.run(unit) == [1, 2, 4, 0]
+
+
 @pytest.mark.covers("task_insert", "task_get", "task_get_by_idempotency_key")
 async def test_tasks_round_trip_with_every_field(db: Database, clock: FakeClock) -> None:
     full = task(

@@ -10,6 +10,7 @@ and any number of its waiting tasks never stand in front of other keys' work."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from orbit_server.ids import new_id
@@ -27,29 +28,56 @@ async def release_permits(tx: Tx, task: TaskRecord, now: datetime, *, waits_agai
     scheduled (counted as waiting). Callers hold the task's row; this takes the key's permit
     row, then the queue's (the lock order of every path, decision 0006)."""
     if task.concurrency_key is not None:
-        await store.key_permit_add(tx, task.scope, task.queue, task.concurrency_key, -1, now)
-        await admit_key(tx, task.scope, task.queue, task.concurrency_key, now)
+        key = task.concurrency_key
+        await admit_keys(tx, task.scope, task.queue, [key], now, returned={key: 1})
     await store.queue_add_counts(
         tx, task.scope, task.queue, active=-1, pending=1 if waits_again else 0, now=now
     )
 
 
 async def admit_key(tx: Tx, scope: Scope, queue: str, key: str, now: datetime) -> None:
-    """Bring a concurrency key's rows in the claim range to its first pending tasks in claim
-    order (open gate or none), as many as the key has free permits. Locks the key's permit row
-    and only reads the queue's row: permit rows are taken before the queue's on every path, and
-    the queue's row is written last (decision 0006). A change of ``key_concurrency`` commits
-    before it readmits every key, so a reader that waited for the permit sees the new value."""
-    active = (await lstore.key_permits_lock(tx, scope, queue, [key], now)).get(key, 0)
+    await admit_keys(tx, scope, queue, [key], now)
+
+
+async def admit_keys(
+    tx: Tx,
+    scope: Scope,
+    queue: str,
+    keys: Iterable[str],
+    now: datetime,
+    *,
+    returned: Mapping[str, int] | None = None,
+) -> None:
+    """Bring each concurrency key's rows in the claim range to its first pending tasks in
+    claim order (open gate or none), as many as the key has free permits; ``returned`` gives
+    back permits first (tasks of the key that left leased/running). A few statements for all
+    the keys of one queue, and one index seek per key for its head.
+
+    Locks the keys' permit rows (in key order) and only reads the queue's row: permit rows are
+    taken before the queue's on every path, and the queue's row is written last (decision
+    0006). A change of ``key_concurrency`` readmits every key in its own transaction, taking
+    each key's permit row, so an admission that waited for that row reads the committed value.
+    """
+    ordered = sorted(set(keys))
+    if not ordered:
+        return
+    active = await lstore.key_permits_lock(tx, scope, queue, ordered, now)
+    if returned:
+        await store.key_permits_add_many(
+            tx, scope, queue, {key: -count for key, count in returned.items()}, now
+        )
+        for key, count in returned.items():
+            active[key] = active.get(key, 0) - count
     record = await store.queue_get(tx, scope, queue)
     if record is None:
         return
-    wanted = await lstore.key_head_pending(
-        tx, scope, queue, key, limit=record.key_concurrency - active
-    )
-    present = await lstore.ready_of_key(tx, scope, queue, key)
-    await lstore.ready_delete_many(tx, sorted(present.difference(wanted)))
-    await lstore.ready_insert_tasks(tx, [t for t in wanted if t not in present])
+    wanted: set[str] = set()
+    for key in ordered:
+        free = record.key_concurrency - active.get(key, 0)
+        wanted.update(await lstore.key_head_pending(tx, scope, queue, key, limit=free))
+    present = await lstore.ready_of_keys(tx, scope, queue, ordered)
+    await lstore.ready_delete_many(tx, sorted(present - wanted))
+    await lstore.ready_insert_tasks(tx, sorted(wanted - present))
 
 
 async def make_claimable(tx: Tx, task: TaskRecord, *, now: datetime) -> None:

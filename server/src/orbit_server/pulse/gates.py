@@ -3,10 +3,12 @@ row lock that closing takes. Weave closes a workflow's gate to pause it."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 from orbit_server.clock import Clock
 from orbit_server.errors import NotFound
 from orbit_server.ids import new_id
-from orbit_server.pulse.effects import admit_key
+from orbit_server.pulse.effects import admit_keys
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
 from orbit_server.store import leases as lstore
@@ -39,8 +41,11 @@ class GateService:
             if before.open != open_:
                 await lstore.gate_park(tx, gate_id, open_=open_)
                 # Tasks with a concurrency key enter and leave through their key's admission.
+                by_queue: dict[tuple[Scope, str], list[str]] = defaultdict(list)
                 for key_scope, queue, key in await lstore.gate_pending_keys(tx, gate_id):
-                    await admit_key(tx, key_scope, queue, key, now)
+                    by_queue[(key_scope, queue)].append(key)
+                for (key_scope, queue), keys in sorted(by_queue.items()):
+                    await admit_keys(tx, key_scope, queue, keys, now)
             return await lstore.gate_get(tx, scope, gate_id)
 
         gate = await self._db.run(unit)

@@ -18,7 +18,13 @@ from orbit_server.audit import Actor, AuditWriter
 from orbit_server.clock import Clock
 from orbit_server.errors import IdempotencyConflict, NotFound, QueueFull, StateConflict
 from orbit_server.ids import new_id
-from orbit_server.pulse.effects import admit_key, emit_result, make_claimable, release_permits
+from orbit_server.pulse.effects import (
+    admit_key,
+    admit_keys,
+    emit_result,
+    make_claimable,
+    release_permits,
+)
 from orbit_server.pulse.model import TaskSpec, new_task
 from orbit_server.pulse.states import HOLDS_PERMITS, Event, IllegalTransition, TaskState, decide
 from orbit_server.pulse.watch import TaskWatch
@@ -163,8 +169,8 @@ class TaskService:
             if t.concurrency_key is None and (t.gate_id is None or gates.get(t.gate_id, False))
         ]
         await store.task_ready_insert_many(tx, ready)
-        for name, key in sorted(keys):  # once per key however many of its tasks came
-            await admit_key(tx, scope, name, key, now)
+        for name in sorted({name for name, _ in keys}):  # once per key however many came
+            await admit_keys(tx, scope, name, [key for q, key in keys if q == name], now)
         # The queues' rows last (decision 0006): locked for the waiting-tasks quota and counted
         # just before the commit, so results and claims of the queue wait for them only briefly.
         # Over the quota, the whole unit rolls back.
@@ -477,8 +483,9 @@ class QueueService:
             await store.queue_update_settings(tx, scope, name, now=now, **settings)
             if settings["key_concurrency"] != queue.key_concurrency:
                 # Each waiting key admits as many tasks as its permits now allow (or fewer).
-                for key in await lstore.queue_pending_keys(tx, scope, name):
-                    await admit_key(tx, scope, name, key, now)
+                await admit_keys(
+                    tx, scope, name, await lstore.queue_pending_keys(tx, scope, name), now
+                )
             await self._audit.record(
                 tx,
                 scope=scope,

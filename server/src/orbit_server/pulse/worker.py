@@ -18,7 +18,7 @@ from typing import Any
 
 from orbit_server.clock import Clock
 from orbit_server.ids import new_id
-from orbit_server.pulse.effects import admit_key, emit_result, make_claimable, release_permits
+from orbit_server.pulse.effects import admit_keys, emit_result, make_claimable, release_permits
 from orbit_server.pulse.retry import RetryPolicy
 from orbit_server.pulse.states import (
     Event,
@@ -260,8 +260,7 @@ class WorkerService:
             if t.concurrency_key is not None:
                 taken_per_key[t.concurrency_key] += 1
         await lstore.attempts_insert(tx, leased, now)
-        for key, count in sorted(taken_per_key.items()):
-            await store.key_permit_add(tx, scope, want.queue, key, count, now)
+        await store.key_permits_add_many(tx, scope, want.queue, taken_per_key, now)
         await store.queue_add_counts(
             tx, scope, want.queue, pending=-len(leased), active=len(leased), now=now
         )
@@ -561,9 +560,11 @@ class WorkerService:
             per_queue[(task.scope, task.queue)] += 1
             if task.concurrency_key is not None:
                 per_key[(task.scope, task.queue, task.concurrency_key)] += 1
-        for (scope, queue, key), count in sorted(per_key.items()):
-            await store.key_permit_add(tx, scope, queue, key, -count, now)
-            await admit_key(tx, scope, queue, key, now)
+        returned: dict[tuple[Scope, str], dict[str, int]] = defaultdict(dict)
+        for (scope, queue, key), count in per_key.items():
+            returned[(scope, queue)][key] = count
+        for (scope, queue), counts in sorted(returned.items()):
+            await admit_keys(tx, scope, queue, counts, now, returned=counts)
         for (scope, queue), count in sorted(per_queue.items()):
             await store.queue_add_counts(tx, scope, queue, active=-count, now=now)
         return set(picked)
@@ -750,14 +751,14 @@ class WorkerService:
             if not due:
                 return 0
             await lstore.tasks_set_pending_many(tx, [t.id for t in due], now)
-            keys: set[tuple[Scope, str, str]] = set()
+            keys: dict[tuple[Scope, str], set[str]] = defaultdict(set)
             for task in due:
                 if task.concurrency_key is None:
                     await make_claimable(tx, task, now=now)
                 else:
-                    keys.add((task.scope, task.queue, task.concurrency_key))
-            for scope, queue, key in sorted(keys):  # queue rows in one order on every node
-                await admit_key(tx, scope, queue, key, now)
+                    keys[(task.scope, task.queue)].add(task.concurrency_key)
+            for (scope, queue), of_queue in sorted(keys.items()):  # one order on every node
+                await admit_keys(tx, scope, queue, of_queue, now)
             return len(due)
 
         promoted = await self._db.run(unit)

@@ -203,22 +203,29 @@ async def gates_open(tx: Tx, gate_ids: Sequence[str]) -> dict[str, bool]:
 async def key_permits_lock(
     tx: Tx, scope: Scope, queue: str, keys: Sequence[str], now: datetime
 ) -> dict[str, int]:
-    """Create and lock the permit rows of ``keys`` (in key order); answers their counts."""
+    """Lock the permit rows of ``keys`` (in key order), creating those that do not exist (a
+    key's first task, or one idle long enough to be pruned); answers their counts."""
     ordered = sorted(set(keys))
     if not ordered:
         return {}
-    for key in ordered:
+    params = {**_scope(scope), "queue": queue}
+    rows = await tx.fetch_all("key_permits_lock", {**params, "keys": ordered})
+    found = {str(r["concurrency_key"]): int(r["active"]) for r in rows}
+    missing = [key for key in ordered if key not in found]
+    for key in missing:
         await key_permit_ensure(tx, scope, queue, key, now)
-    rows = await tx.fetch_all(
-        "key_permits_lock", {**_scope(scope), "queue": queue, "keys": ordered}
-    )
-    return {str(r["concurrency_key"]): int(r["active"]) for r in rows}
+    if missing:
+        rows = await tx.fetch_all("key_permits_lock", {**params, "keys": missing})
+        found.update({str(r["concurrency_key"]): int(r["active"]) for r in rows})
+    return found
 
 
-async def ready_of_key(tx: Tx, scope: Scope, queue: str, key: str) -> set[str]:
-    """The tasks of a concurrency key that are in the claim range."""
+async def ready_of_keys(tx: Tx, scope: Scope, queue: str, keys: Sequence[str]) -> set[str]:
+    """The tasks of these concurrency keys that are in the claim range."""
+    if not keys:
+        return set()
     rows = await tx.fetch_all(
-        "ready_of_key", {**_scope(scope), "queue": queue, "concurrency_key": key}
+        "ready_of_keys", {**_scope(scope), "queue": queue, "keys": sorted(set(keys))}
     )
     return {str(r["task_id"]) for r in rows}
 

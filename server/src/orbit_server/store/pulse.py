@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -295,6 +295,22 @@ async def key_permit_add(
             "now": now,
         },
     )
+
+
+async def key_permits_add_many(
+    tx: Tx, scope: Scope, queue: str, deltas: Mapping[str, int], now: datetime
+) -> None:
+    """Move many concurrency keys' counts (rows the caller has locked): one statement per
+    distinct delta."""
+    by_delta: dict[int, list[str]] = {}
+    for key, delta in sorted(deltas.items()):
+        if delta:
+            by_delta.setdefault(delta, []).append(key)
+    for delta, keys in sorted(by_delta.items()):
+        await tx.execute(
+            "key_permits_add_many",
+            {**_scope_params(scope), "queue": queue, "keys": keys, "delta": delta, "now": now},
+        )
 
 
 async def key_permits_prune(tx: Tx, before: datetime, *, limit: int) -> int:

@@ -82,10 +82,10 @@ SELECT id, tenant, environment, queue, type, priority, run_at, COALESCE(fairness
        concurrency_key, handler_version, gate_id
   FROM tasks WHERE pending_gate = :gate_id AND state = 'pending' AND concurrency_key IS NULL
 
--- name: ready_of_key
+-- name: ready_of_keys
 SELECT task_id FROM task_ready
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue
-   AND concurrency_key = :concurrency_key
+   AND concurrency_key IN (:keys)
 
 -- name: ready_insert_tasks
 INSERT INTO task_ready (task_id, tenant, environment, queue, type, priority, run_at, fairness_key,
