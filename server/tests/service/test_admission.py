@@ -23,7 +23,7 @@ async def admitted(node: Node, key: str) -> set[str]:
     return await node.db.read(lambda tx: lstore.ready_of_keys(tx, SCOPE, "emails", [key]))
 
 
-@pytest.mark.covers("ready_of_keys", "key_head_pending", "ready_insert_tasks")
+@pytest.mark.covers("ready_of_keys", "keys_head_pending", "ready_insert_tasks")
 async def test_a_busy_key_keeps_its_backlog_out_of_the_claim_range(node: Node) -> None:
     first = await submit(node, 1, concurrency_key="big")
     backlog = await submit(node, DEEP_SCAN + 500, concurrency_key="big")
@@ -40,6 +40,30 @@ async def test_a_busy_key_keeps_its_backlog_out_of_the_claim_range(node: Node) -
     assert await admitted(node, "big") == {backlog[0]}  # the next one, in claim order
     [after] = await claim(node, BOB)
     assert after.task.id == backlog[0]
+
+
+async def test_heads_of_many_keys_come_in_claim_order_with_their_own_limits(node: Node) -> None:
+    """More keys than one statement reads: each key answers its own first tasks."""
+    keys = [f"k{i:03}" for i in range(lstore.HEADS_PER_STATEMENT + 30)]
+    for key in keys:
+        await submit(node, 3, concurrency_key=key)
+    [urgent] = await submit(node, 1, concurrency_key="k000", priority=9)
+    limits = {key: i % 3 for i, key in enumerate(keys)}  # 0, 1 or 2 tasks per key
+
+    async def unit(tx: Tx) -> dict[str, list[str]]:
+        return await lstore.keys_head_pending(tx, SCOPE, "emails", limits)
+
+    heads = await node.db.read(unit)
+    assert {key: len(ids) for key, ids in heads.items()} == limits
+    assert heads["k001"] and heads["k002"][0] != heads["k002"][1]
+    tasks, _ = await node.tasks.list_tasks(SCOPE, queue="emails", limit=1000)
+    listed = {t.id: t for t in tasks}
+    for key, ids in heads.items():
+        assert all(listed[i].concurrency_key == key for i in ids)
+        assert ids == sorted(ids)  # claim order within a key: same priority and time, by id
+    assert urgent not in heads["k000"]  # k000's limit is 0
+    more = await node.db.read(lambda tx: lstore.keys_head_pending(tx, SCOPE, "emails", {"k000": 1}))
+    assert more == {"k000": [urgent]}  # the more urgent task heads its key
 
 
 async def test_a_more_urgent_task_of_a_key_takes_the_admitted_place(node: Node) -> None:

@@ -90,3 +90,25 @@ async def test_claim_and_scan_queries_use_their_index_without_sorting(
     # "index|other" is access through index with a rowid filter built from the other one
     assert str(first["key"]).split("|")[0] == index, [(p["key"], p.get("Extra")) for p in plan]
     assert "filesort" not in str(first.get("Extra") or "").lower(), plan
+
+
+async def test_the_heads_of_many_keys_each_use_the_key_index(node: Node) -> None:
+    """``keys_head_pending`` runs ``key_head_pending`` once per key in one UNION ALL: every
+    part reads ``tasks_key`` in order (no sort), as the single query does."""
+    if node.db.dialect != "mysql":
+        pytest.skip("the plans checked here are InnoDB's")
+    specs = [TaskSpec(queue="emails", type="send", concurrency_key=f"c{i % 7}") for i in range(300)]
+    await node.tasks.submit_many(SCOPE, specs)
+    base = {"tenant": SCOPE.tenant, "environment": SCOPE.environment, "queue": "emails"}
+    many = [{**base, "concurrency_key": f"c{i}", "limit": 2} for i in range(3)]
+    sql, args = node.db.queries["key_head_pending"].bind_union(many)
+
+    async def unit(tx: Tx) -> list[dict[str, Any]]:
+        return await explain(tx, sql, tuple(args))
+
+    plan = await node.db.run(unit)
+    reads = [p for p in plan if p["table"] == "t"]
+    assert len(reads) == 3, plan
+    for part in reads:
+        assert part["key"] == "tasks_key", plan
+        assert "filesort" not in str(part.get("Extra") or "").lower(), plan

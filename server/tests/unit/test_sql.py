@@ -79,3 +79,18 @@ def test_an_insert_splits_into_head_row_and_tail_for_many_rows() -> None:
     assert select.rows_form() is None
     [update] = parse_queries("-- name: upd\nUPDATE t SET a = :a", "%s")
     assert update.rows_form() is None
+
+
+def test_a_union_runs_the_query_once_per_set_of_values() -> None:
+    [q] = parse_queries(
+        "-- name: heads\nSELECT id FROM t WHERE k = :k AND s IN (:s) ORDER BY id LIMIT :n", "?"
+    )
+    sql, args = q.bind_union([{"k": "a", "s": [1, 2], "n": 1}, {"k": "b", "s": [3], "n": 2}])
+    assert sql == (
+        "SELECT * FROM (SELECT id FROM t WHERE k = ? AND s IN (?, ?) ORDER BY id LIMIT ?) AS u0"
+        " UNION ALL "
+        "SELECT * FROM (SELECT id FROM t WHERE k = ? AND s IN (?) ORDER BY id LIMIT ?) AS u1"
+    )
+    assert args == ("a", 1, 2, 1, "b", 3, 2)
+    with pytest.raises(ValueError, match="union of nothing"):
+        q.bind_union([])

@@ -51,7 +51,7 @@ async def admit_keys(
     """Bring each concurrency key's rows in the claim range to its first pending tasks in
     claim order (open gate or none), as many as the key has free permits; ``returned`` gives
     back permits first (tasks of the key that left leased/running). A few statements for all
-    the keys of one queue, and one index seek per key for its head.
+    the keys of one queue (one index seek per key for its head, many keys per statement).
 
     Locks the keys' permit rows (in key order) and only reads the queue's row: permit rows are
     taken before the queue's on every path, and the queue's row is written last (decision
@@ -71,10 +71,9 @@ async def admit_keys(
     record = await store.queue_get(tx, scope, queue)
     if record is None:
         return
-    wanted: set[str] = set()
-    for key in ordered:
-        free = record.key_concurrency - active.get(key, 0)
-        wanted.update(await lstore.key_head_pending(tx, scope, queue, key, limit=free))
+    free = {key: record.key_concurrency - active.get(key, 0) for key in ordered}
+    heads = await lstore.keys_head_pending(tx, scope, queue, free)
+    wanted = {task_id for ids in heads.values() for task_id in ids}
     present = await lstore.ready_of_keys(tx, scope, queue, ordered)
     await lstore.ready_delete_many(tx, sorted(present - wanted))
     await lstore.ready_insert_tasks(tx, sorted(wanted - present))

@@ -49,6 +49,10 @@ class Tx(Protocol):
 
     async def fetch_one(self, query: str, params: Params | None = None) -> Row | None: ...
 
+    async def fetch_union(self, query: str, many: Sequence[Params]) -> list[Row]:
+        """The rows of ``query`` run once per set of parameters, in one statement."""
+        ...
+
     async def execute(self, query: str, params: Params | None = None) -> int:
         """Run a statement; answers the number of rows it changed."""
         ...

@@ -3,7 +3,7 @@ expiry and due scans (decision 0003)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -230,16 +230,24 @@ async def ready_of_keys(tx: Tx, scope: Scope, queue: str, keys: Sequence[str]) -
     return {str(r["task_id"]) for r in rows}
 
 
-async def key_head_pending(tx: Tx, scope: Scope, queue: str, key: str, *, limit: int) -> list[str]:
-    """The first ``limit`` pending tasks of a concurrency key in claim order whose gate is open
-    (or that have none)."""
-    if limit <= 0:
-        return []
-    rows = await tx.fetch_all(
-        "key_head_pending",
-        {**_scope(scope), "queue": queue, "concurrency_key": key, "limit": limit},
-    )
-    return [str(r["id"]) for r in rows]
+HEADS_PER_STATEMENT = 200  # keys whose heads one statement reads (SQLite allows 500 parts)
+
+
+async def keys_head_pending(
+    tx: Tx, scope: Scope, queue: str, limits: Mapping[str, int]
+) -> dict[str, list[str]]:
+    """For each concurrency key, its first ``limits[key]`` pending tasks in claim order whose
+    gate is open (or that have none): an index seek per key, many keys per statement."""
+    wanted = sorted((key, n) for key, n in limits.items() if n > 0)
+    heads: dict[str, list[str]] = {key: [] for key in limits}
+    for at in range(0, len(wanted), HEADS_PER_STATEMENT):
+        many = [
+            {**_scope(scope), "queue": queue, "concurrency_key": key, "limit": n}
+            for key, n in wanted[at : at + HEADS_PER_STATEMENT]
+        ]
+        for row in await tx.fetch_union("key_head_pending", many):
+            heads[str(row["concurrency_key"])].append(str(row["id"]))
+    return heads
 
 
 async def ready_insert_tasks(tx: Tx, task_ids: Sequence[str]) -> int:

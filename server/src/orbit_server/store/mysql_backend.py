@@ -140,8 +140,12 @@ class MySQLTx:
             await cursor.close()
 
     async def fetch_all(self, query: str, params: Params | None = None) -> list[Row]:
-        sql, args = self._queries.bind(query, params or {})
+        return await self._fetch(*self._queries.bind(query, params or {}))
 
+    async def fetch_union(self, query: str, many: Sequence[Params]) -> list[Row]:
+        return await self._fetch(*self._queries[query].bind_union(many))
+
+    async def _fetch(self, sql: str, args: tuple[Any, ...]) -> list[Row]:
         async def use(cursor: Any) -> list[Row]:
             await cursor.execute(sql, _convert_params(args))
             return [_convert_row(r) for r in await cursor.fetchall()]

@@ -36,6 +36,20 @@ class Query:
         None for any other statement."""
         return _rows_form(self.positional)
 
+    def bind_union(self, many: Sequence[Mapping[str, Any]]) -> tuple[str, tuple[Any, ...]]:
+        """One statement that runs this query once per set of ``many`` values and answers
+        all their rows: ``SELECT * FROM (query) AS u0 UNION ALL SELECT * FROM (query) AS u1 …``
+        (each part keeps its own ORDER BY and LIMIT)."""
+        if not many:
+            raise ValueError(f"query {self.name}: a union of nothing")
+        parts: list[str] = []
+        args: list[Any] = []
+        for i, values in enumerate(many):
+            text, bound = self.bind(values)
+            parts.append(f"SELECT * FROM ({text}) AS u{i}")
+            args.extend(bound)
+        return " UNION ALL ".join(parts), tuple(args)
+
     def bind(self, values: Mapping[str, Any]) -> tuple[str, tuple[Any, ...]]:
         """The dialect's text and positional arguments for ``values``."""
         try:

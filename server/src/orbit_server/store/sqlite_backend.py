@@ -99,7 +99,12 @@ class SQLiteTx:
             raise translated from exc
 
     async def fetch_all(self, query: str, params: Params | None = None) -> list[Row]:
-        sql, args = self._queries.bind(query, params or {})
+        return self._fetch(*self._queries.bind(query, params or {}))
+
+    async def fetch_union(self, query: str, many: Sequence[Params]) -> list[Row]:
+        return self._fetch(*self._queries[query].bind_union(many))
+
+    def _fetch(self, sql: str, args: tuple[Any, ...]) -> list[Row]:
         cursor = self._execute(sql, _convert_params(args), many=False)
         names = [d[0] for d in cursor.description or ()]
         time_columns = [i for i, n in enumerate(names) if n.endswith("_at")]

@@ -56,7 +56,7 @@ SELECT id, tenant, environment, open, version, created_at, updated_at FROM gates
 
 -- name: key_head_pending
 -- The first pending tasks of a concurrency key in claim order, behind an open gate or none.
-SELECT t.id FROM tasks t FORCE INDEX (tasks_key)
+SELECT t.id, t.pending_key AS concurrency_key FROM tasks t FORCE INDEX (tasks_key)
   LEFT JOIN gates g ON g.id = t.gate_id
  WHERE t.tenant = :tenant AND t.environment = :environment AND t.queue = :queue
    AND t.pending_key = :concurrency_key AND t.state = 'pending'
