@@ -85,12 +85,18 @@ def test_a_union_runs_the_query_once_per_set_of_values() -> None:
     [q] = parse_queries(
         "-- name: heads\nSELECT id FROM t WHERE k = :k AND s IN (:s) ORDER BY id LIMIT :n", "?"
     )
-    sql, args = q.bind_union([{"k": "a", "s": [1, 2], "n": 1}, {"k": "b", "s": [3], "n": 2}])
+    many = [{"k": "a", "s": [1, 2], "n": 1}, {"k": "b", "s": [3], "n": 2}]
+    sql, args = q.bind_union(many)
     assert sql == (
-        "SELECT * FROM (SELECT id FROM t WHERE k = ? AND s IN (?, ?) ORDER BY id LIMIT ?) AS u0"
+        "SELECT * FROM (SELECT id FROM t WHERE k = ? AND s IN (?, ?) ORDER BY id LIMIT ?)"
         " UNION ALL "
-        "SELECT * FROM (SELECT id FROM t WHERE k = ? AND s IN (?) ORDER BY id LIMIT ?) AS u1"
+        "SELECT * FROM (SELECT id FROM t WHERE k = ? AND s IN (?) ORDER BY id LIMIT ?)"
     )
     assert args == ("a", 1, 2, 1, "b", 3, 2)
+    [mysql] = parse_queries("-- name: heads\nSELECT id FROM t WHERE k = :k LIMIT :n", "%s")
+    assert mysql.bind_union(many)[0] == (
+        "(SELECT id FROM t WHERE k = %s LIMIT %s) UNION ALL "
+        "(SELECT id FROM t WHERE k = %s LIMIT %s)"
+    )
     with pytest.raises(ValueError, match="union of nothing"):
         q.bind_union([])

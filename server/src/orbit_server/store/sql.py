@@ -38,15 +38,17 @@ class Query:
 
     def bind_union(self, many: Sequence[Mapping[str, Any]]) -> tuple[str, tuple[Any, ...]]:
         """One statement that runs this query once per set of ``many`` values and answers
-        all their rows: ``SELECT * FROM (query) AS u0 UNION ALL SELECT * FROM (query) AS u1 …``
-        (each part keeps its own ORDER BY and LIMIT)."""
+        all their rows, each part keeping its own ORDER BY and LIMIT: ``(query) UNION ALL
+        (query) …`` on MySQL/MariaDB (no derived table to build per part), ``SELECT * FROM
+        (query) UNION ALL SELECT * FROM (query) …`` on SQLite (which cannot parenthesise the
+        parts of a compound select)."""
         if not many:
             raise ValueError(f"query {self.name}: a union of nothing")
         parts: list[str] = []
         args: list[Any] = []
-        for i, values in enumerate(many):
+        for values in many:
             text, bound = self.bind(values)
-            parts.append(f"SELECT * FROM ({text}) AS u{i}")
+            parts.append(f"({text})" if self.placeholder == "%s" else f"SELECT * FROM ({text})")
             args.extend(bound)
         return " UNION ALL ".join(parts), tuple(args)
 
