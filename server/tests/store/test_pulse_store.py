@@ -89,7 +89,7 @@ async def test_queues_are_created_once_listed_and_configured(
     assert names == ["emails", "new", "reports"] and after == ["new", "reports"]
 
 
-@pytest.mark.covers("queue_add_counts", "key_permit_ensure", "key_permit_add", "key_permit_active")
+@pytest.mark.covers("queue_add_counts", "key_permit_ensure", "key_permit_active")
 async def test_counters_and_key_permits_move_by_deltas(db: Database, clock: FakeClock) -> None:
     async def unit(tx: Tx) -> tuple[int, int, int]:
         await store.queue_ensure(tx, SCOPE, "emails", clock.now())
@@ -97,8 +97,8 @@ async def test_counters_and_key_permits_move_by_deltas(db: Database, clock: Fake
         await store.queue_add_counts(tx, SCOPE, "emails", pending=-2, active=2, now=clock.now())
         await store.key_permit_ensure(tx, SCOPE, "emails", "user-1", clock.now())
         await store.key_permit_ensure(tx, SCOPE, "emails", "user-1", clock.now())  # idempotent
-        await store.key_permit_add(tx, SCOPE, "emails", "user-1", 2, clock.now())
-        await store.key_permit_add(tx, SCOPE, "emails", "user-1", -1, clock.now())
+        await store.key_permits_add_many(tx, SCOPE, "emails", {"user-1": 2}, clock.now())
+        await store.key_permits_add_many(tx, SCOPE, "emails", {"user-1": -1}, clock.now())
         queue = await store.queue_get(tx, SCOPE, "emails")
         assert queue is not None
         active = await store.key_permit_active(tx, SCOPE, "emails", "user-1")

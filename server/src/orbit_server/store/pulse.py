@@ -281,22 +281,6 @@ async def key_permit_active(tx: Tx, scope: Scope, queue: str, concurrency_key: s
     return 0 if row is None else int(row["active"])
 
 
-async def key_permit_add(
-    tx: Tx, scope: Scope, queue: str, concurrency_key: str, delta: int, now: datetime
-) -> None:
-    """Move a concurrency key's count of leased and running tasks."""
-    await tx.execute(
-        "key_permit_add",
-        {
-            **_scope_params(scope),
-            "queue": queue,
-            "concurrency_key": concurrency_key,
-            "delta": delta,
-            "now": now,
-        },
-    )
-
-
 async def key_permits_add_many(
     tx: Tx, scope: Scope, queue: str, deltas: Mapping[str, int], now: datetime
 ) -> None:

@@ -108,11 +108,6 @@ SELECT task_id, number, state, cause, worker_id, session_id, node, leased_at, st
        ended_at, lease_expires_at, error
   FROM task_attempts WHERE task_id = :task_id ORDER BY task_id, number
 
--- name: key_permit_add
-UPDATE key_permits SET active = active + :delta, updated_at = :now
- WHERE tenant = :tenant AND environment = :environment AND queue = :queue
-   AND concurrency_key = :concurrency_key
-
 -- name: key_permits_add_many
 UPDATE key_permits SET active = active + :delta, updated_at = :now
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue
