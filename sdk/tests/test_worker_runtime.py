@@ -516,12 +516,13 @@ async def test_unsafe_handlers_given_idempotent_tasks_log_a_warning_once(
     assert len(warnings) == 1
 
 
-async def test_an_eager_delivery_runs_before_its_start_answer_and_reports_after_it() -> None:
-    """``eager_start``: the handler runs once the start is sent; its result waits for
-    ``started`` and goes out after it, never before."""
+@pytest.mark.parametrize("eager", [True, False])
+async def test_only_an_eager_delivery_runs_before_its_start_answer(eager: bool) -> None:
+    """``eager_start``: the handler runs once the start is sent; without it, only after
+    ``started``. Either way the result goes out after ``started``, never before."""
     ran = asyncio.Event()
     async with FakeServer() as server:
-        worker = make_worker(server, concurrency=2)
+        worker = make_worker(server, concurrency=1)
 
         @worker.handler(queue="q", type="t")
         async def handle(ctx: TaskContext) -> str:
@@ -531,11 +532,15 @@ async def test_an_eager_delivery_runs_before_its_start_answer_and_reports_after_
         async with running(worker):
             conn = await server.accept()
             await conn.welcome()
-            await conn.send({"type": "tasks", "items": [delivery("tsk_a", eager_start=True)]})
+            await conn.send({"type": "tasks", "items": [delivery("tsk_a", eager_start=eager)]})
             start = await conn.expect("start")
-            await asyncio.wait_for(ran.wait(), TIMEOUT)  # no answer to the start yet
-            await asyncio.sleep(0)
-            assert conn.frames.empty()  # and no result either
+            if eager:
+                await asyncio.wait_for(ran.wait(), TIMEOUT)  # no answer to the start yet
+            else:
+                for _ in range(20):  # let the worker run whatever it would run
+                    await asyncio.sleep(0)
+                assert not ran.is_set()
+            assert conn.frames.empty()  # and no result
             await conn.start_all(start)
             [result] = (await conn.results(1)).values()
             assert result["outcome"] == "succeeded" and result["result"] == "done"
@@ -570,25 +575,3 @@ async def test_an_eager_handler_refused_its_start_is_stopped_and_not_reported(
             await asyncio.wait_for(stopped.wait(), TIMEOUT)
             await conn.credits(1)
     assert "result" not in conn.types()
-
-
-async def test_without_eager_start_the_handler_waits_for_its_start_answer() -> None:
-    ran = asyncio.Event()
-    async with FakeServer() as server:
-        worker = make_worker(server, concurrency=1)
-
-        @worker.handler(queue="q", type="t")
-        async def handle(ctx: TaskContext) -> None:
-            ran.set()
-
-        async with running(worker):
-            conn = await server.accept()
-            await conn.welcome()
-            await conn.send({"type": "tasks", "items": [delivery("tsk_a", eager_start=False)]})
-            start = await conn.expect("start")
-            for _ in range(20):  # let the worker run whatever it would run
-                await asyncio.sleep(0)
-            assert not ran.is_set()
-            await conn.start_all(start)
-            await conn.results(1)
-    assert ran.is_set()
