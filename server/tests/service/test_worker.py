@@ -92,7 +92,7 @@ async def test_claim_start_complete_with_counters_attempts_and_event(node: Node)
     assert await events(node) == Counter({"succeeded": 1})
 
 
-@pytest.mark.covers("leases_expired", "scheduled_due", "tasks_set_pending_many", "task_renew")
+@pytest.mark.covers("leases_expired", "scheduled_due", "tasks_set_pending_many", "tasks_renew_many")
 async def test_stale_holders_can_never_renew_complete_or_release(
     node: Node, clock: FakeClock
 ) -> None:
@@ -120,6 +120,28 @@ async def test_stale_holders_can_never_renew_complete_or_release(
     assert await queue(node) == before  # counters unchanged by stale writes
     current = await node.tasks.get(SCOPE, task_id)
     assert current.state == "running" and current.lease_epoch == 2
+
+
+async def test_a_batch_of_renewals_extends_only_the_leases_that_hold(
+    node: Node, clock: FakeClock
+) -> None:
+    await submit(node, 3)
+    leases = await claim(node, ALICE, free=3)
+    for lease in leases[:2]:
+        await node.workers.start(lease.ref)  # the third stays leased: it renews too
+    forged = LeaseRef(leases[0].ref.task_id, leases[0].ref.attempt, "lse_forged")
+    clock.advance(1000)
+    refs = [leases[0].ref, forged, leases[1].ref, leases[2].ref, leases[0].ref]
+    renewals = await node.workers.renew(refs)
+    ends = clock.now() + timedelta(milliseconds=node.settings.lease_ms)
+    assert [r.verdict for r in renewals] == [
+        RenewVerdict.RENEWED, RenewVerdict.STALE, RenewVerdict.RENEWED, RenewVerdict.RENEWED,
+        RenewVerdict.RENEWED,
+    ]  # fmt: skip
+    assert [r.expires_at for r in renewals] == [ends, None, ends, ends, ends]
+    for lease in leases:
+        task = await node.tasks.get(SCOPE, lease.ref.task_id)
+        assert task.lease_expires_at == ends  # written, not only answered
 
 
 async def test_expired_leases_follow_the_side_effect_rules(node: Node, clock: FakeClock) -> None:

@@ -445,35 +445,37 @@ class WorkerService:
         return StartAnswer(ref, StartVerdict.STARTED, expires_at, deadline)
 
     async def renew(self, refs: Sequence[LeaseRef]) -> list[Renewal]:
-        """Extend many leases in one transaction; a verdict per item (fenced)."""
+        """Extend many leases in one transaction; a verdict per item (fenced): one statement
+        locks the rows, one extends those whose lease still holds."""
         if not refs:
             return []
 
         async def unit(tx: Tx) -> list[Renewal]:
             now = self._clock.now()
             expires_at = now + self._lease
-            for ref in refs:
-                await lstore.task_renew(
-                    tx, ref.task_id, ref.attempt, ref.lease_token, expires_at, now
-                )
-            current = {t.id: t for t in await lstore.tasks_get_many(tx, [r.task_id for r in refs])}
+            rows = await lstore.tasks_lock_many(tx, [r.task_id for r in refs])
+            held = {
+                ref
+                for ref in refs
+                if (task := rows.get(ref.task_id)) is not None
+                and _holds(task, ref)
+                and task.state in (TaskState.LEASED, TaskState.RUNNING)
+                and not _expired(task, now)
+            }
+            await lstore.tasks_renew_many(tx, [r.task_id for r in held], expires_at, now)
             out: list[Renewal] = []
             for ref in refs:
-                task = current.get(ref.task_id)
-                holds = (
-                    task is not None
-                    and task.lease_epoch == ref.attempt
-                    and task.lease_token == ref.lease_token
-                    and task.state in (TaskState.LEASED, TaskState.RUNNING)
-                    and task.lease_expires_at is not None
-                    and task.lease_expires_at > now
-                )
-                if not holds or task is None:
+                task = rows[ref.task_id] if ref in held else None
+                if task is None:
                     out.append(Renewal(ref, RenewVerdict.STALE, None))
-                elif task.cancel_requested:
-                    out.append(Renewal(ref, RenewVerdict.CANCEL_REQUESTED, task.lease_expires_at))
-                else:
-                    out.append(Renewal(ref, RenewVerdict.RENEWED, task.lease_expires_at))
+                    continue
+                ends = expires_at
+                if task.deadline_at is not None and task.deadline_at < ends:
+                    ends = task.deadline_at  # a lease never reaches past the deadline
+                verdict = (
+                    RenewVerdict.CANCEL_REQUESTED if task.cancel_requested else RenewVerdict.RENEWED
+                )
+                out.append(Renewal(ref, verdict, ends))
             return out
 
         return await self._db.run(unit)

@@ -47,6 +47,8 @@ class LockedTask:
     lease_epoch: int
     lease_token: str | None
     lease_expires_at: datetime | None
+    deadline_at: datetime | None
+    cancel_requested: bool
     gate_id: str | None
     timeout_ms: int
     concurrency_key: str | None
@@ -319,6 +321,7 @@ def _locked(r: Row) -> LockedTask:
         id=str(r["id"]), scope=Scope(str(r["tenant"]), str(r["environment"])),
         queue=str(r["queue"]), state=str(r["state"]), lease_epoch=int(r["lease_epoch"]),
         lease_token=r["lease_token"], lease_expires_at=r["lease_expires_at"],
+        deadline_at=r["deadline_at"], cancel_requested=bool(r["cancel_requested"]),
         gate_id=r["gate_id"], timeout_ms=int(r["timeout_ms"]),
         concurrency_key=r["concurrency_key"], owner_kind=r["owner_kind"],
         owner_id=r["owner_id"], event_seq=int(r["event_seq"]),
@@ -473,14 +476,16 @@ async def task_return_pending(tx: Tx, task: TaskRecord, *, run_at: datetime, now
     return changed == 1
 
 
-async def task_renew(
-    tx: Tx, task_id: str, epoch: int, token: str, expires_at: datetime, now: datetime
+async def tasks_renew_many(
+    tx: Tx, task_ids: Sequence[str], expires_at: datetime, now: datetime
 ) -> None:
-    """Extend a lease (the caller re-reads to learn which renewals held)."""
-    await tx.execute(
-        "task_renew",
-        {"id": task_id, "epoch": epoch, "token": token, "expires_at": expires_at, "now": now},
-    )
+    """Extend the leases of tasks the caller has locked and found held: to ``expires_at``, or
+    to the attempt's deadline if that comes first."""
+    if task_ids:
+        await tx.execute(
+            "tasks_renew_many",
+            {"task_ids": sorted(set(task_ids)), "expires_at": expires_at, "now": now},
+        )
 
 
 async def task_finish(

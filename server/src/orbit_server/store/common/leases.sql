@@ -48,12 +48,12 @@ UPDATE tasks SET state = 'pending', run_at = :run_at, lease_token = NULL, lease_
        session_id = NULL, node = NULL, worker_id = NULL, updated_at = :now
  WHERE id = :id AND lease_epoch = :epoch AND state = :expected_state
 
--- name: task_renew
+-- name: tasks_renew_many
+-- Rows locked and fence-checked by the caller.
 UPDATE tasks SET lease_expires_at = CASE WHEN deadline_at IS NOT NULL AND deadline_at < :expires_at
                                          THEN deadline_at ELSE :expires_at END,
        updated_at = :now
- WHERE id = :id AND lease_epoch = :epoch AND lease_token = :token
-   AND state IN ('leased', 'running') AND lease_expires_at > :now
+ WHERE id IN (:task_ids)
 
 -- name: task_finish
 UPDATE tasks SET state = :state, result = :result, error = :error, finished_at = :finished_at,

@@ -63,6 +63,7 @@ SELECT t.id, t.pending_key AS concurrency_key FROM tasks t INDEXED BY tasks_key
  LIMIT :limit
 
 -- name: tasks_lock_many
-SELECT id, tenant, environment, queue, state, lease_epoch, lease_token, lease_expires_at, gate_id,
-       timeout_ms, concurrency_key, owner_kind, owner_id, event_seq
+SELECT id, tenant, environment, queue, state, lease_epoch, lease_token, lease_expires_at,
+       deadline_at, cancel_requested, gate_id, timeout_ms, concurrency_key, owner_kind, owner_id,
+       event_seq
   FROM tasks WHERE id IN (:task_ids) ORDER BY id
