@@ -92,23 +92,42 @@ async def test_claim_and_scan_queries_use_their_index_without_sorting(
     assert "filesort" not in str(first.get("Extra") or "").lower(), plan
 
 
-async def test_the_heads_of_many_keys_each_use_the_key_index(node: Node) -> None:
-    """``keys_head_pending`` runs ``key_head_pending`` once per key in one UNION ALL: every
-    part reads ``tasks_key`` in order (no sort), as the single query does."""
+UNIONS: dict[str, tuple[str, str, list[dict[str, Any]]]] = {
+    # query → (table alias, index, each part's parameters)
+    "key_head_pending": (
+        "t", "tasks_key", [{"concurrency_key": f"c{i}", "limit": 2} for i in range(3)]
+    ),
+    "ready_candidates_of_key": (
+        "task_ready", "task_ready_fair",
+        [{"type": "send", "fairness_key": f"k{i}", "limit": 4, "any_version": 1,
+          "versions": [""]} for i in range(3)],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("query", sorted(UNIONS))
+async def test_a_union_of_per_key_reads_uses_the_index_in_every_part(
+    node: Node, query: str
+) -> None:
+    """``keys_head_pending`` and the fair claim run one query once per key in a UNION ALL:
+    every part reads its index in order (no sort), as the single query does."""
     if node.db.dialect != "mysql":
         pytest.skip("the plans checked here are InnoDB's")
-    specs = [TaskSpec(queue="emails", type="send", concurrency_key=f"c{i % 7}") for i in range(300)]
+    specs = [
+        TaskSpec(queue="emails", type="send", concurrency_key=f"c{i % 7}", fairness_key=f"k{i % 5}")
+        for i in range(300)
+    ]
     await node.tasks.submit_many(SCOPE, specs)
+    table, index, parts = UNIONS[query]
     base = {"tenant": SCOPE.tenant, "environment": SCOPE.environment, "queue": "emails"}
-    many = [{**base, "concurrency_key": f"c{i}", "limit": 2} for i in range(3)]
-    sql, args = node.db.queries["key_head_pending"].bind_union(many)
+    sql, args = node.db.queries[query].bind_union([{**base, **part} for part in parts])
 
     async def unit(tx: Tx) -> list[dict[str, Any]]:
         return await explain(tx, sql, tuple(args))
 
     plan = await node.db.run(unit)
-    reads = [p for p in plan if p["table"] == "t"]
-    assert len(reads) == 3, plan
+    reads = [p for p in plan if p["table"] == table]
+    assert len(reads) == len(parts), plan
     for part in reads:
-        assert part["key"] == "tasks_key", plan
+        assert part["key"] == index, plan
         assert "filesort" not in str(part.get("Extra") or "").lower(), plan

@@ -328,17 +328,16 @@ class WorkerService:
             )
         share = max(1, math.ceil(scan / len(keys)))
         picked: dict[str, Candidate] = {}
-        for key in keys:
-            for c in await lstore.ready_candidates(
-                tx,
-                scope,
-                want.queue,
-                want.type,
-                limit=share,
-                fairness_key=key,
-                versions=want.versions,
-            ):
-                picked[c.task_id] = c
+        for c in await lstore.ready_candidates(
+            tx,
+            scope,
+            want.queue,
+            want.type,
+            limit=share,
+            fairness_keys=keys,
+            versions=want.versions,
+        ):
+            picked[c.task_id] = c
         if len(picked) < scan:
             for c in await lstore.ready_candidates(
                 tx, scope, want.queue, want.type, limit=scan, versions=want.versions

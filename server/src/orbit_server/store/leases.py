@@ -118,12 +118,13 @@ async def ready_candidates(
     type_: str,
     *,
     limit: int,
-    fairness_key: str | None = None,
+    fairness_keys: Sequence[str] | None = None,
     versions: Sequence[str] = (),
 ) -> list[Candidate]:
     """Claimable rows in claim order, locked and skipping rows other claimers hold; with
-    ``versions``, only rows of those handler versions or of none (filtered inside the index
-    scan, so rows pinned to another version never fill the batch)."""
+    ``fairness_keys``, up to ``limit`` rows of each of those keys (one statement for all);
+    with ``versions``, only rows of those handler versions or of none (filtered inside the
+    index scan, so rows pinned to another version never fill the batch)."""
     params = {
         **_scope(scope),
         "queue": queue,
@@ -132,11 +133,13 @@ async def ready_candidates(
         "any_version": 0 if versions else 1,
         "versions": list(versions) or [""],
     }
-    if fairness_key is None:
+    if fairness_keys is None:
         rows = await tx.fetch_all("ready_candidates", params)
+    elif not fairness_keys:
+        rows = []
     else:
-        rows = await tx.fetch_all(
-            "ready_candidates_of_key", {**params, "fairness_key": fairness_key}
+        rows = await tx.fetch_union(
+            "ready_candidates_of_key", [{**params, "fairness_key": key} for key in fairness_keys]
         )
     return [
         Candidate(
