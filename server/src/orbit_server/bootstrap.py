@@ -12,7 +12,7 @@ from orbit_server.gateway.endpoint import Gateway
 from orbit_server.governance.service import AuditService, KeyService
 from orbit_server.observability.metrics import Metrics
 from orbit_server.pulse.gates import GateService
-from orbit_server.pulse.loops import recovery_loop, retention_loop
+from orbit_server.pulse.loops import recovery_loop, retention_loop, settled_watch_loop
 from orbit_server.pulse.service import QueueService, TaskService
 from orbit_server.pulse.sessions import SessionService
 from orbit_server.pulse.watch import TaskWatch
@@ -69,6 +69,11 @@ async def build_node(
     workers = WorkerService(db, clock, watch, lease_ms=settings.lease_ms)
     supervisor.register(ServerRole.RECOVERY, "lease-recovery", lambda: recovery_loop(workers))
     tasks = TaskService(db, clock, audit_writer, watch, default_timeout_ms=settings.task_timeout_ms)
+    supervisor.register(
+        ServerRole.API,
+        "settled-watch",
+        lambda: settled_watch_loop(tasks.notify_settled, watch.someone_waits),
+    )
     sessions = SessionService(
         db, clock, node=settings.node_id, seen_window_ms=3 * settings.heartbeat_ms
     )

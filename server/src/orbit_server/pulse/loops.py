@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -28,6 +29,18 @@ async def recovery_loop(worker: WorkerService, *, interval_s: float = 0.5) -> No
             expired = promoted = 0
         if expired == 0 and promoted == 0:
             await asyncio.sleep(interval_s)
+
+
+async def settled_watch_loop(
+    notify: Callable[[], Awaitable[int]], someone_waits: asyncio.Event, *, interval_s: float = 0.05
+) -> None:
+    """While anyone on this node long-polls a task, look every ``interval_s`` for waited tasks
+    that settled through other nodes (one read for all of them)."""
+    while True:
+        await someone_waits.wait()
+        with contextlib.suppress(Unavailable):  # the waiters' own re-reads answer, or time out
+            await notify()
+        await asyncio.sleep(interval_s)
 
 
 async def retention_loop(prune: Callable[[], Awaitable[int]], *, interval_s: float = 60.0) -> None:

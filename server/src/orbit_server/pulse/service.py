@@ -209,11 +209,27 @@ class TaskService:
             raise NotFound("no such task")
         return task
 
+    async def notify_settled(self) -> int:
+        """Wake the waiters of tasks that settled, wherever that happened: one read for every
+        task waited for on this node (a change made here wakes its waiters at once; this finds
+        those made through other nodes). Answers how many were found."""
+        waited = self._watch.waited()
+        if not waited:
+            return 0
+
+        async def unit(tx: Tx) -> list[str]:
+            return await store.tasks_settled_among(tx, waited)
+
+        settled = await self._db.read(unit)
+        for task_id in settled:
+            self._watch.notify(task_id)
+        return len(settled)
+
     async def wait(self, scope: Scope, task_id: str, wait_ms: int) -> TaskRecord:
         """The task once it is terminal or needs review, or as it is when ``wait_ms`` ends.
 
-        Local changes wake the waiter at once; changes made by other nodes are seen by a
-        re-read at least every ``TaskWatch.poll_s``.
+        Local changes wake the waiter at once; changes made by other nodes are found by
+        ``notify_settled`` (every 50 ms) and by a re-read at least every ``TaskWatch.poll_s``.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_ms / 1000

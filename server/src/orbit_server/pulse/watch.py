@@ -2,7 +2,9 @@
 dispatch loops waiting for claimable work in a queue.
 
 Only a shortcut: a missed or remote change is still seen by the waiter's periodic re-read (the
-dispatch loop's bounded poll). Memory is bounded by the number of waiters.
+dispatch loop's bounded poll). Changes made by other nodes are also found for all of a node's
+waiters at once by ``TaskService.notify_settled`` (one read for every waited task, run by a
+loop every 50 ms while anyone waits). Memory is bounded by the number of waiters.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ class TaskWatch:
     def __init__(self, poll_s: float = 0.25) -> None:
         self.poll_s = poll_s
         self._waiters: dict[str, set[asyncio.Event]] = {}
+        self.someone_waits = asyncio.Event()  # set while any task is waited for
         self._queues: dict[tuple[Scope, str], asyncio.Event] = {}
         self._cancel_listeners: list[Callable[[str, str | None], None]] = []
 
@@ -25,6 +28,7 @@ class TaskWatch:
     def watching(self, task_id: str) -> Iterator[asyncio.Event]:
         event = asyncio.Event()
         self._waiters.setdefault(task_id, set()).add(event)
+        self.someone_waits.set()
         try:
             yield event
         finally:
@@ -33,6 +37,12 @@ class TaskWatch:
                 waiters.discard(event)
                 if not waiters:
                     del self._waiters[task_id]
+            if not self._waiters:
+                self.someone_waits.clear()
+
+    def waited(self) -> list[str]:
+        """The tasks someone waits for on this node."""
+        return list(self._waiters)
 
     def notify(self, task_id: str) -> None:
         for event in self._waiters.get(task_id, ()):

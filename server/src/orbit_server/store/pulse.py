@@ -364,6 +364,21 @@ async def task_ready_insert_many(tx: Tx, tasks: Sequence[TaskRecord]) -> None:
         await tx.execute_many("task_ready_insert", [task_ready_params(t) for t in tasks])
 
 
+SETTLED_READ_CHUNK = 500  # waited tasks one read covers
+
+
+async def tasks_settled_among(tx: Tx, task_ids: Sequence[str]) -> list[str]:
+    """Which of these tasks are terminal or need review."""
+    found: list[str] = []
+    ordered = sorted(set(task_ids))
+    for at in range(0, len(ordered), SETTLED_READ_CHUNK):
+        rows = await tx.fetch_all(
+            "tasks_settled_among", {"task_ids": ordered[at : at + SETTLED_READ_CHUNK]}
+        )
+        found += [str(r["id"]) for r in rows]
+    return found
+
+
 async def task_get(tx: Tx, scope: Scope, task_id: str, *, lock: bool = False) -> TaskRecord | None:
     """One task of the scope; ``lock`` holds its row until the transaction ends."""
     row = await tx.fetch_one(
