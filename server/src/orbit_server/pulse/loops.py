@@ -35,12 +35,14 @@ async def settled_watch_loop(
     notify: Callable[[], Awaitable[int]], someone_waits: asyncio.Event, *, interval_s: float = 0.05
 ) -> None:
     """While anyone on this node long-polls a task, look every ``interval_s`` for waited tasks
-    that settled through other nodes (one read for all of them)."""
+    that settled through other nodes (one read for all of them). The first look comes one
+    interval after someone starts waiting: most tasks settle on the node that waits for them
+    before that, and then nobody is left to look for."""
     while True:
         await someone_waits.wait()
+        await asyncio.sleep(interval_s)
         with contextlib.suppress(Unavailable):  # the waiters' own re-reads answer, or time out
             await notify()
-        await asyncio.sleep(interval_s)
 
 
 async def retention_loop(prune: Callable[[], Awaitable[int]], *, interval_s: float = 60.0) -> None:
