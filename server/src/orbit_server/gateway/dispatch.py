@@ -103,9 +103,9 @@ class Dispatcher:
         loops = list(self._loops.values())
         for task in loops:
             task.cancel()
-        for task in loops:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # gather, not a suppressed await of each: a cancellation of the caller (a second
+        # signal cutting the drain short) must reach the caller, not be taken for a loop's.
+        await asyncio.gather(*loops, return_exceptions=True)
 
     # -- the loop of one queue ----------------------------------------------------------------
 
