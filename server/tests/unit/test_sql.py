@@ -70,15 +70,15 @@ def test_an_insert_splits_into_head_row_and_tail_for_many_rows() -> None:
         "ON DUPLICATE KEY UPDATE c = VALUES(c)",
         "%s",
     )
-    head, row, tail = q.rows_form() or ("", "", "")
+    head, row, tail = q.rows_form or ("", "", "")
     assert head == "INSERT INTO t (a, b, c) VALUES "
     assert row == "(%s, 'x', COALESCE(%s, NULL))"
     assert tail == "\nON DUPLICATE KEY UPDATE c = VALUES(c)"
     upsert = "INSERT INTO t (a) SELECT a FROM u ON DUPLICATE KEY UPDATE a = VALUES(a)"
     [select] = parse_queries(f"-- name: sel\n{upsert}", "%s")
-    assert select.rows_form() is None
+    assert select.rows_form is None
     [update] = parse_queries("-- name: upd\nUPDATE t SET a = :a", "%s")
-    assert update.rows_form() is None
+    assert update.rows_form is None
 
 
 def test_a_union_runs_the_query_once_per_set_of_values() -> None:

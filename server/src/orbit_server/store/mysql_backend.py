@@ -170,7 +170,7 @@ class MySQLTx:
             return 0
         named = self._queries[query]
         args = [_convert_params(tuple(r[p] for p in named.params)) for r in rows]
-        form = named.rows_form()
+        form = named.rows_form
         if form is None:
 
             async def each(cursor: Any) -> int:

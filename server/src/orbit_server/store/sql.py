@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
 
@@ -29,12 +29,13 @@ class Query:
     params: tuple[str, ...]
     placeholder: str
     positional: str
+    # For ``INSERT … VALUES (…) [tail]``: (head, the row tuple, tail) of the positional text, so
+    # that many rows go in one statement (``head`` + ``row, row, …`` + ``tail``); None for any
+    # other statement. Found once when the query is loaded, not at every bulk insert.
+    rows_form: tuple[str, str, str] | None = field(init=False)
 
-    def rows_form(self) -> tuple[str, str, str] | None:
-        """For ``INSERT … VALUES (…) [tail]``: (head, the row tuple, tail) of the positional
-        text, so that many rows go in one statement (``head`` + ``row, row, …`` + ``tail``);
-        None for any other statement."""
-        return _rows_form(self.positional)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rows_form", _rows_form(self.positional))
 
     def bind_union(self, many: Sequence[Mapping[str, Any]]) -> tuple[str, tuple[Any, ...]]:
         """One statement that runs this query once per set of ``many`` values and answers
