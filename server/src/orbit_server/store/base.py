@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
@@ -146,6 +146,12 @@ class Database(abc.ABC):
     @abc.abstractmethod
     def pool_stats(self) -> tuple[int, int]:
         """(connections in use, pool maximum) for metrics."""
+
+
+def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    """``items`` in slices of at most ``size``: what one statement takes of a long list."""
+    for at in range(0, len(items), size):
+        yield items[at : at + size]
 
 
 def utc(moment: datetime) -> datetime:

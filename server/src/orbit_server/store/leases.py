@@ -12,7 +12,7 @@ import msgspec
 
 from orbit_server.ids import new_id
 from orbit_server.scope import Scope
-from orbit_server.store.base import Row, Tx
+from orbit_server.store.base import Row, Tx, chunks
 from orbit_server.store.pulse import (
     AttemptRecord,
     TaskEventRecord,
@@ -245,10 +245,9 @@ async def keys_head_pending(
     gate is open (or that have none): an index seek per key, many keys per statement."""
     wanted = sorted((key, n) for key, n in limits.items() if n > 0)
     heads: dict[str, list[str]] = {key: [] for key in limits}
-    for at in range(0, len(wanted), HEADS_PER_STATEMENT):
+    for part in chunks(wanted, HEADS_PER_STATEMENT):
         many = [
-            {**_scope(scope), "queue": queue, "concurrency_key": key, "limit": n}
-            for key, n in wanted[at : at + HEADS_PER_STATEMENT]
+            {**_scope(scope), "queue": queue, "concurrency_key": key, "limit": n} for key, n in part
         ]
         for row in await tx.fetch_union("key_head_pending", many):
             heads[str(row["concurrency_key"])].append(str(row["id"]))

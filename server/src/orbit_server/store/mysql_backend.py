@@ -32,6 +32,7 @@ from orbit_server.store.base import (
     T,
     TransientConflict,
     Unit,
+    chunks,
     to_db_time,
     utc,
 )
@@ -183,8 +184,7 @@ class MySQLTx:
         async def together(cursor: Any) -> int:
             # One multi-row statement per chunk: a round trip and a statement for many rows.
             count = 0
-            for at in range(0, len(args), ROWS_PER_INSERT):
-                chunk = args[at : at + ROWS_PER_INSERT]
+            for chunk in chunks(args, ROWS_PER_INSERT):
                 sql = head + ", ".join([row] * len(chunk)) + tail
                 await cursor.execute(sql, tuple(v for a in chunk for v in a))
                 count += int(cursor.rowcount)

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from orbit_server.scope import Scope
-from orbit_server.store.base import DuplicateKey, Row, Tx
+from orbit_server.store.base import DuplicateKey, Row, Tx, chunks
 
 LAST = "~"  # sorts after every id
 
@@ -371,10 +371,8 @@ async def tasks_settled_among(tx: Tx, task_ids: Sequence[str]) -> list[str]:
     """Which of these tasks are terminal or need review."""
     found: list[str] = []
     ordered = sorted(set(task_ids))
-    for at in range(0, len(ordered), SETTLED_READ_CHUNK):
-        rows = await tx.fetch_all(
-            "tasks_settled_among", {"task_ids": ordered[at : at + SETTLED_READ_CHUNK]}
-        )
+    for part in chunks(ordered, SETTLED_READ_CHUNK):
+        rows = await tx.fetch_all("tasks_settled_among", {"task_ids": list(part)})
         found += [str(r["id"]) for r in rows]
     return found
 
