@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.support.databases import MySQLServerForTests
 
@@ -27,6 +28,12 @@ async def run_bench(
         await mysql_server.drop(name)
 
 
+def reported(done: subprocess.CompletedProcess[str], kind: str) -> list[dict[str, Any]]:
+    """The ``{"<kind>": {...}}`` lines a scenario printed, in order."""
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return [line[kind] for line in lines if kind in line]
+
+
 async def test_the_claim_benchmark_runs_and_reports(
     mysql_server: MySQLServerForTests, tmp_path: Path
 ) -> None:
@@ -44,9 +51,7 @@ async def test_the_throughput_benchmark_runs_and_reports(
 ) -> None:
     done = await run_bench(mysql_server, tmp_path, "throughput", timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    baselines = [line["baseline"] for line in lines if "baseline" in line]
-    runs = [line["throughput"] for line in lines if "throughput" in line]
+    baselines, runs = reported(done, "baseline"), reported(done, "throughput")
     assert [b["per_transaction"] for b in baselines] == [100, 1]
     assert all(b["tasks_per_s"] > 0 for b in baselines)
     assert [(r["mode"], r["tasks"]) for r in runs] == [("burn-down", 200), ("steady", 200)]
@@ -60,9 +65,7 @@ async def test_the_latency_benchmark_runs_and_reports(
 ) -> None:
     done = await run_bench(mysql_server, tmp_path, "latency", timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    runs = [
-        json.loads(line)["latency"] for line in done.stdout.splitlines() if line.startswith("{")
-    ]
+    runs = reported(done, "latency")
     assert [(r["placement"], r["tasks"]) for r in runs] == [("same node", 20), ("cross node", 20)]
     assert all(0 < r["start_p50_ms"] <= r["result_p99_ms"] for r in runs)
     assert len(sorted(tmp_path.glob("latency-*.md"))) == 1
@@ -73,9 +76,7 @@ async def test_the_memory_benchmark_runs_and_reports(
 ) -> None:
     done = await run_bench(mysql_server, tmp_path, "memory", timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    [run] = [
-        json.loads(line)["memory"] for line in done.stdout.splitlines() if line.startswith("{")
-    ]
+    [run] = reported(done, "memory")
     assert run["tasks"] > 0 and run["succeeded"] == run["tasks"]
     assert 0 < run["baseline_mib"] <= run["max_mib"]
     [report] = sorted(tmp_path.glob("memory-*.md"))
