@@ -12,6 +12,7 @@ import pytest
 from orbit_server.bootstrap import build_node
 from orbit_server.clock import FakeClock
 from orbit_server.config import Settings
+from orbit_server.pulse.service import SETTLED
 from orbit_server.runtime.node import Node
 from orbit_server.store import Database
 from orbit_server.store import pulse as store
@@ -19,7 +20,7 @@ from tests.conftest import SCOPE
 from tests.service.test_worker import claim, submit
 
 
-@pytest.mark.covers("tasks_settled_among")
+@pytest.mark.covers("tasks_in_states")
 async def test_a_task_settled_elsewhere_wakes_the_waiters_here(
     node: Node, db: Database, settings: Settings, clock: FakeClock
 ) -> None:
@@ -43,5 +44,7 @@ async def test_a_task_settled_elsewhere_wakes_the_waiters_here(
     with contextlib.suppress(asyncio.CancelledError):
         await bystander
     assert node.watch.waited() == [] and not node.watch.someone_waits.is_set()
-    found = await node.db.read(lambda tx: store.tasks_settled_among(tx, [done, waiting, "nope"]))
+    found = await node.db.read(
+        lambda tx: store.tasks_in_states(tx, [done, waiting, "nope"], SETTLED)
+    )
     assert found == [done]

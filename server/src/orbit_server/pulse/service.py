@@ -218,7 +218,7 @@ class TaskService:
             return 0
 
         async def unit(tx: Tx) -> list[str]:
-            return await store.tasks_settled_among(tx, waited)
+            return await store.tasks_in_states(tx, waited, SETTLED)
 
         settled = await self._db.read(unit)
         for task_id in settled:

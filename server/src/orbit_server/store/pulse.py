@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -364,15 +364,15 @@ async def task_ready_insert_many(tx: Tx, tasks: Sequence[TaskRecord]) -> None:
         await tx.execute_many("task_ready_insert", [task_ready_params(t) for t in tasks])
 
 
-SETTLED_READ_CHUNK = 500  # waited tasks one read covers
+IDS_PER_READ = 500  # task ids one read of tasks_in_states covers
 
 
-async def tasks_settled_among(tx: Tx, task_ids: Sequence[str]) -> list[str]:
-    """Which of these tasks are terminal or need review."""
+async def tasks_in_states(tx: Tx, task_ids: Sequence[str], states: Iterable[str]) -> list[str]:
+    """Which of these tasks are in one of ``states``."""
     found: list[str] = []
-    ordered = sorted(set(task_ids))
-    for part in chunks(ordered, SETTLED_READ_CHUNK):
-        rows = await tx.fetch_all("tasks_settled_among", {"task_ids": list(part)})
+    ordered, wanted = sorted(set(task_ids)), sorted(states)
+    for part in chunks(ordered, IDS_PER_READ):
+        rows = await tx.fetch_all("tasks_in_states", {"task_ids": list(part), "states": wanted})
         found += [str(r["id"]) for r in rows]
     return found
 

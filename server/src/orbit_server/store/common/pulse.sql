@@ -93,9 +93,8 @@ UPDATE tasks SET state = :state, cancel_reason = :reason, finished_at = :now, up
 UPDATE tasks SET cancel_requested = 1, cancel_reason = :reason, updated_at = :now
  WHERE id = :id AND state = 'running' AND cancel_requested = 0
 
--- name: tasks_settled_among
-SELECT id FROM tasks
- WHERE id IN (:task_ids) AND state IN ('succeeded', 'failed', 'cancelled', 'needs_review')
+-- name: tasks_in_states
+SELECT id FROM tasks WHERE id IN (:task_ids) AND state IN (:states)
 
 -- name: task_event_insert
 INSERT INTO task_events (id, tenant, environment, task_id, attempt, seq, state, owner_kind,
