@@ -223,10 +223,7 @@ class Runtime:
                 or not self.accepting
             ):
                 continue
-            attempt.context = self._context_for(attempt.delivery, None)
-            if attempt.cancel_pending:
-                attempt.context._cancel(attempt.cancel_reason, requested=True)
-            self._launch(attempt, attempt.spec, attempt.context)
+            self._launch(attempt, attempt.spec, None)
 
     def on_started(self, answers: Iterable[StartAnswer], sent_at: float) -> None:
         for answer in answers:
@@ -248,10 +245,7 @@ class Runtime:
                     early, attempt.result = attempt.result, None
                     self._finish(attempt, early)
                 continue
-            attempt.context = self._context_for(attempt.delivery, answer.deadline_at)
-            if attempt.cancel_pending:
-                attempt.context._cancel(attempt.cancel_reason, requested=True)
-            self._launch(attempt, attempt.spec, attempt.context)
+            self._launch(attempt, attempt.spec, answer.deadline_at)
         self._changed()
 
     def on_renewed(self, answers: Iterable[RenewAnswer], sent_at: float) -> None:
@@ -345,7 +339,12 @@ class Runtime:
 
     # -- handlers ---------------------------------------------------------------------------
 
-    def _launch(self, attempt: Attempt, spec: HandlerSpec, context: TaskContext) -> None:
+    def _launch(self, attempt: Attempt, spec: HandlerSpec, deadline_at: datetime | None) -> None:
+        """Run the handler with the attempt's context (a cancel asked for before it started
+        reaches it at once)."""
+        context = attempt.context = self._context_for(attempt.delivery, deadline_at)
+        if attempt.cancel_pending:
+            context._cancel(attempt.cancel_reason, requested=True)
         name = f"orbit-task {attempt.ref.task_id}/{attempt.ref.attempt}"
         task = self._loop.create_task(self._run(attempt, spec, context), name=name)
         attempt.task = task
