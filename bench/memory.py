@@ -71,9 +71,9 @@ def run_memory(
                 if time.monotonic() >= next_sample:
                     samples.append((round(elapsed, 1), rss_mib(pid)))
                     next_sample += sample_s
-                behind = began + sent / rate - time.monotonic()
-                if behind > 0:
-                    time.sleep(behind)  # pacing the load generator, not synchronising a test
+                early = began + sent / rate - time.monotonic()
+                if early > 0:
+                    time.sleep(early)  # pacing the load generator, not synchronising a test
             samples.append((round(time.monotonic() - began, 1), rss_mib(pid)))
             _wait(client, "succeeded", sent, 300)
             [queue] = [q for q in client.list_queues() if q.name == "bench"]
