@@ -518,8 +518,9 @@ async def test_unsafe_handlers_given_idempotent_tasks_log_a_warning_once(
 
 @pytest.mark.parametrize("eager", [True, False])
 async def test_only_an_eager_delivery_runs_before_its_start_answer(eager: bool) -> None:
-    """``eager_start``: the handler runs once the start is sent; without it, only after
-    ``started``. Either way the result goes out after ``started``, never before."""
+    """``eager_start``: the handler runs once the start is sent, and its result goes without
+    waiting for ``started`` (decision 0008); without it, the handler runs only after
+    ``started``. Either way the start is sent before the result."""
     ran = asyncio.Event()
     async with FakeServer() as server:
         worker = make_worker(server, concurrency=1)
@@ -536,16 +537,48 @@ async def test_only_an_eager_delivery_runs_before_its_start_answer(eager: bool) 
             start = await conn.expect("start")
             if eager:
                 await asyncio.wait_for(ran.wait(), TIMEOUT)  # no answer to the start yet
+                early = await conn.expect("result")  # nor is one needed for the result
+                await conn.start_all(start)
+                await conn.ack(early)
+                [result] = early["items"]
             else:
                 for _ in range(20):  # let the worker run whatever it would run
                     await asyncio.sleep(0)
                 assert not ran.is_set()
-            assert conn.frames.empty()  # and no result
-            await conn.start_all(start)
-            [result] = (await conn.results(1)).values()
+                assert conn.frames.empty()  # and no result
+                await conn.start_all(start)
+                [result] = (await conn.results(1)).values()
             assert result["outcome"] == "succeeded" and result["result"] == "done"
             await conn.credits(1)
     assert conn.types().index("start") < conn.types().index("result")
+
+
+async def test_eager_and_plain_starts_go_in_requests_of_their_own() -> None:
+    """The server may hold eager starts briefly (decision 0008): a plain start never waits
+    with them."""
+    async with FakeServer() as server:
+        worker = make_worker(server, concurrency=2)
+        gate = asyncio.Event()
+
+        @worker.handler(queue="q", type="t")
+        async def handle(ctx: TaskContext) -> None:
+            await gate.wait()
+
+        async with running(worker):
+            conn = await server.accept()
+            await conn.welcome()
+            items = [delivery("tsk_a", eager_start=True), delivery("tsk_b", eager_start=False)]
+            await conn.send({"type": "tasks", "items": items})
+            first, second = await conn.expect("start"), await conn.expect("start")
+            assert sorted([keys(first["items"]), keys(second["items"])]) == [
+                [("tsk_a", 1)],
+                [("tsk_b", 1)],
+            ]
+            await conn.start_all(first)
+            await conn.start_all(second)
+            gate.set()
+            await conn.results(2)
+            await conn.credits(2)
 
 
 @pytest.mark.parametrize("verdict", ["denied", "stale"])

@@ -11,7 +11,7 @@ import pytest
 from orbit_server.audit import Actor
 from orbit_server.pulse.model import TaskSpec
 from orbit_server.pulse.service import QueueSettings
-from orbit_server.pulse.worker import Session, StartVerdict, Want
+from orbit_server.pulse.worker import ClaimRequest, Session, StartVerdict, Want
 from orbit_server.runtime.node import Node
 from orbit_server.store import Tx
 from orbit_server.store import leases as lstore
@@ -109,9 +109,8 @@ async def test_a_claim_waits_for_the_permits_of_a_claim_in_flight(node: Node, li
     holding, release = asyncio.Event(), asyncio.Event()
 
     async def claim_and_hold(tx: Tx) -> int:
-        leases = await node.workers._claim_one(
-            tx, SCOPE, first, Want("q", "t", 10), 10, "lse_first", node.clock.now()
-        )
+        request = ClaimRequest(first, (Want("q", "t", 10),), 10)
+        leases = await node.workers._claim_for(tx, SCOPE, request, node.clock.now())
         holding.set()
         await release.wait()
         return len(leases)

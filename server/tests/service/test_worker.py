@@ -473,6 +473,23 @@ async def test_fairness_keys_are_found_by_seeks_and_rotate(node: Node) -> None:
     assert await keys(10, "zzz") == ["", "a", "b", "c"]
 
 
+@pytest.mark.covers("claim_outlook")
+async def test_the_claim_outlook_has_the_queue_and_which_types_have_work(node: Node) -> None:
+    from orbit_server.store import leases as lstore
+
+    await submit(node, 2)  # type send, no fairness key
+    await submit(node, 1, type="bill", fairness_key="b")
+    await submit(node, 1, type="bill", fairness_key="a")
+
+    queue, spans = await node.db.read(
+        lambda tx: lstore.claim_outlook(tx, SCOPE, "emails", ["send", "bill", "idle", "send"])
+    )
+    assert queue is not None and (queue.name, queue.pending) == ("emails", 4)
+    assert spans == {"send": ("", ""), "bill": ("a", "b")}
+    missing = await node.db.read(lambda tx: lstore.claim_outlook(tx, SCOPE, "nothing", ["send"]))
+    assert missing == (None, {})
+
+
 async def test_a_task_timeout_caps_its_lease_and_ends_the_attempt(
     node: Node, clock: FakeClock
 ) -> None:
@@ -594,12 +611,65 @@ async def test_a_failure_of_unsafe_work_goes_to_review_unless_vouched_safe(node:
         assert (await node.tasks.get(SCOPE, task_id)).state == by_id[task_id]
 
 
+@pytest.mark.covers("tasks_succeed_many")
+async def test_a_report_of_an_eager_attempt_not_yet_started_is_its_start_too(
+    node: Node, clock: FakeClock
+) -> None:
+    """Decisions 0007, 0008: a leased idempotent task without a gate may already run on its
+    worker; a result that comes before its start is recorded records both, in one
+    transaction, and counts the attempt."""
+    from orbit_server.pulse.states import Event
+    from orbit_server.pulse.worker import Report
+
+    [done, failing] = await submit(node, 2, retry=RetryPolicy(max_attempts=3))
+    leases = {lease.task.id: lease for lease in await claim(node)}
+    clock.advance(5)
+    error = {"code": "Boom", "message": "boom", "retryable": True}
+    outcomes = await node.workers.report_many(
+        [
+            Report(leases[done].ref, Event.COMPLETE, result={"n": 1}),
+            Report(leases[failing].ref, None, error=error),
+        ]
+    )
+    assert outcomes == [Outcome.ACCEPTED, Outcome.ACCEPTED]
+    task = await node.tasks.get(SCOPE, done)
+    assert (task.state, task.attempts, task.result) == ("succeeded", 1, {"n": 1})
+    [attempt] = await node.tasks.attempts(SCOPE, done)
+    assert attempt.state == "succeeded" and attempt.started_at == attempt.ended_at == clock.now()
+    retried = await node.tasks.get(SCOPE, failing)
+    assert (retried.state, retried.attempts) == ("scheduled", 1)  # the attempt counted
+    again = await node.workers.report_many([Report(leases[done].ref, Event.COMPLETE)])
+    assert again == [Outcome.ALREADY]  # a resend
+    assert (await queue(node)).active == 0
+    # The start that was on its way when the result won is refused, and changes nothing.
+    assert await node.workers.start(leases[done].ref) is StartVerdict.STALE
+    assert (await node.tasks.get(SCOPE, done)).attempts == 1
+
+
+async def test_a_report_cannot_start_unsafe_or_gated_work(node: Node) -> None:
+    """Their handlers wait for ``started``: a result before it is refused (fenced)."""
+    from orbit_server.pulse.states import Event
+    from orbit_server.pulse.worker import Report
+
+    gate = await node.gates.create(SCOPE)
+    [unsafe] = await submit(node, 1, side_effect="unsafe")
+    [gated] = await submit(node, 1, gate_id=gate)
+    leases = await claim(node)
+    outcomes = await node.workers.report_many(
+        [Report(lease.ref, Event.COMPLETE) for lease in leases]
+    )
+    assert outcomes == [Outcome.STALE, Outcome.STALE]
+    for task_id in (unsafe, gated):
+        assert (await node.tasks.get(SCOPE, task_id)).state == "leased"
+
+
 @pytest.mark.covers("tasks_lock_many", "tasks_succeed_many")
 async def test_many_results_in_one_transaction_get_an_outcome_each(node: Node) -> None:
     from orbit_server.pulse.states import Event
     from orbit_server.pulse.worker import Report
 
-    await submit(node, 3)
+    await submit(node, 2)
+    await submit(node, 1, side_effect="unsafe")  # its result is no start (decision 0008)
     a, b, c = await claim(node)
     await node.workers.start_many([a.ref, b.ref])  # c never started
     assert await node.workers.complete(b.ref, "early") is Outcome.ACCEPTED

@@ -131,3 +131,27 @@ async def test_a_union_of_per_key_reads_uses_the_index_in_every_part(
     for part in reads:
         assert part["key"] == index, plan
         assert "filesort" not in str(part.get("Extra") or "").lower(), plan
+
+
+async def test_the_claim_outlook_seeks_the_fairness_index_for_every_type(node: Node) -> None:
+    """``claim_outlook`` reads, for each type, its first and last fairness key: two index
+    seeks a type (no scan, no sort), whatever the number of ready rows."""
+    if node.db.dialect != "mysql":
+        pytest.skip("the plans checked here are InnoDB's")
+    specs = [
+        TaskSpec(queue="emails", type=f"t{i % 3}", fairness_key=f"k{i % 5}") for i in range(300)
+    ]
+    await node.tasks.submit_many(SCOPE, specs)
+    base = {"tenant": SCOPE.tenant, "environment": SCOPE.environment, "queue": "emails"}
+    parts = [{**base, "type": f"t{i}"} for i in range(3)]
+    sql, args = node.db.queries["claim_outlook"].bind_union(parts)
+
+    async def unit(tx: Tx) -> list[dict[str, Any]]:
+        return await explain(tx, sql, tuple(args))
+
+    plan = await node.db.run(unit)
+    reads = [p for p in plan if p["table"] == "task_ready"]
+    assert len(reads) == 2 * len(parts), plan
+    for part in reads:
+        assert part["key"] == "task_ready_fair", plan
+        assert "filesort" not in str(part.get("Extra") or "").lower(), plan

@@ -89,6 +89,26 @@ async def test_queues_are_created_once_listed_and_configured(
     assert names == ["emails", "new", "reports"] and after == ["new", "reports"]
 
 
+@pytest.mark.covers("queue_add_pending_within")
+async def test_pending_is_counted_only_into_an_existing_queue_within_its_quota(
+    db: Database, clock: FakeClock
+) -> None:
+    async def unit(tx: Tx) -> tuple[list[bool], int]:
+        missing = await store.queue_add_pending_within(tx, SCOPE, "emails", 1, clock.now())
+        await store.queue_ensure(tx, SCOPE, "emails", clock.now())
+        await store.queue_update_settings(
+            tx, SCOPE, "emails", paused=False, concurrency_limit=None, key_concurrency=1,
+            max_pending=3, now=clock.now(),
+        )  # fmt: skip
+        within = await store.queue_add_pending_within(tx, SCOPE, "emails", 3, clock.now())
+        over = await store.queue_add_pending_within(tx, SCOPE, "emails", 1, clock.now())
+        queue = await store.queue_get(tx, SCOPE, "emails")
+        assert queue is not None
+        return [missing, within, over], queue.pending
+
+    assert await db.run(unit) == ([False, True, False], 3)
+
+
 @pytest.mark.covers("queue_add_counts", "key_permit_ensure", "key_permit_active")
 async def test_counters_and_key_permits_move_by_deltas(db: Database, clock: FakeClock) -> None:
     async def unit(tx: Tx) -> tuple[int, int, int]:

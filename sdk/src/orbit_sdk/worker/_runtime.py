@@ -75,7 +75,6 @@ class Attempt:
     result_size: int = 0
     cancel_reason: str | None = None
     cancel_pending: bool = False
-    ran_early: bool = False  # an eager handler returned before its start verdict came
     ref: Ref = field(init=False)
 
     def __post_init__(self) -> None:
@@ -126,9 +125,8 @@ class Runtime:
         return not (self.stopping or self.draining)
 
     def busy(self) -> int:
-        """Slots in use: attempts not yet running (or whose eager handler returned before the
-        start verdict), and handlers that have not returned (a lost sync handler keeps its
-        thread, and so its slot, until it returns)."""
+        """Slots in use: attempts not yet running, and handlers that have not returned (a lost
+        sync handler keeps its thread, and so its slot, until it returns)."""
         waiting = sum(
             1
             for a in self.attempts.values()
@@ -211,7 +209,8 @@ class Runtime:
     def start_sent(self, refs: Iterable[Ref]) -> None:
         """The start request of these attempts is on its way: launch the handlers the server
         allowed to run before the answer (``eager_start``: idempotent, no gate). Their results
-        wait for the verdict; a refusal stops them unreported."""
+        go as soon as they are ready (decision 0008); a refusal that comes first stops them
+        unreported."""
         for ref in refs:
             attempt = self.attempts.get((ref.task_id, ref.attempt))
             if (
@@ -241,9 +240,6 @@ class Runtime:
             self._set_lease(attempt, answer.lease_expires_at, sent_at)
             attempt.phase = Phase.RUNNING
             if attempt.task is not None:  # eager: running already
-                if attempt.ran_early:
-                    early, attempt.result = attempt.result, None
-                    self._finish(attempt, early)
                 continue
             self._launch(attempt, attempt.spec, answer.deadline_at)
         self._changed()
@@ -392,9 +388,8 @@ class Runtime:
     def _finish(self, attempt: Attempt, item: ResultItem | None) -> None:
         if self.attempts.get(attempt.key) is not attempt:
             return  # lost meanwhile: never report it
-        if attempt.phase is Phase.DELIVERED:  # an eager handler: the verdict decides
-            attempt.ran_early, attempt.result = True, item
-            return
+        # An eager handler may return before its start verdict: its result goes at once, and
+        # the server records the start first or with it (decision 0008).
         if attempt.timer is not None:
             attempt.timer.cancel()
             attempt.timer = None

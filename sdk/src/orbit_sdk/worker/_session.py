@@ -315,9 +315,12 @@ class Session:
                 frames.append(Heartbeat(id=request_id, items=[a.ref for a in held]))
         if not rt.accepting:
             rt.release_unstarted()
-        for chunk in _chunks(rt.pending(Phase.DELIVERED), MAX_ITEMS):
-            request_id = self._request("start", chunk, now)
-            frames.append(Start(id=request_id, items=[a.ref for a in chunk]))
+        delivered = rt.pending(Phase.DELIVERED)
+        for eager in (False, True):  # apart: the server holds eager starts briefly (0008)
+            of_kind = [a for a in delivered if a.delivery.eager_start is eager]
+            for chunk in _chunks(of_kind, MAX_ITEMS):
+                request_id = self._request("start", chunk, now)
+                frames.append(Start(id=request_id, items=[a.ref for a in chunk]))
         for chunk in _chunks(rt.pending(Phase.RELEASING), MAX_ITEMS):
             request_id = self._request("release", chunk, now)
             frames.append(Release(id=request_id, items=[a.ref for a in chunk]))

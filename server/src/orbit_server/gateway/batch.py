@@ -17,16 +17,22 @@ I = TypeVar("I")  # noqa: E741
 O = TypeVar("O")  # noqa: E741
 
 MAX_ITEMS = 500  # most items in one transaction
+LANES = 2  # transactions of one batcher in flight at once: one gathers while the other commits
 
 
 class Batcher(Generic[I, O]):
     def __init__(
-        self, run: Callable[[list[I]], Awaitable[list[O]]], *, max_items: int = MAX_ITEMS
+        self,
+        run: Callable[[list[I]], Awaitable[list[O]]],
+        *,
+        max_items: int = MAX_ITEMS,
+        lanes: int = LANES,
     ) -> None:
         self._run = run
         self._max = max_items
+        self._lanes = lanes
         self._waiting: list[tuple[list[I], asyncio.Future[list[O]]]] = []
-        self._flusher: asyncio.Task[None] | None = None
+        self._flushers: set[asyncio.Task[None]] = set()
         self.batches = 0  # transactions run, for tests and metrics
 
     async def submit(self, items: Sequence[I]) -> list[O]:
@@ -34,8 +40,10 @@ class Batcher(Generic[I, O]):
             return []
         future: asyncio.Future[list[O]] = asyncio.get_running_loop().create_future()
         self._waiting.append((list(items), future))
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush_all())
+        if len(self._flushers) < self._lanes:
+            flusher = asyncio.create_task(self._flush_all())
+            self._flushers.add(flusher)
+            flusher.add_done_callback(self._flushers.discard)
         return await future
 
     async def _flush_all(self) -> None:

@@ -17,14 +17,17 @@ from orbit_server.errors import OrbitError, Unavailable
 from orbit_server.gateway import protocol as p
 from orbit_server.gateway.batch import NodeBatches
 from orbit_server.gateway.dispatch import Dispatcher
+from orbit_server.gateway.starts import Held, HeldStarts
 from orbit_server.observability.metrics import Metrics
 from orbit_server.pulse.states import Event
 from orbit_server.pulse.worker import (
     Lease,
     LeaseRef,
+    Outcome,
     RenewVerdict,
     Report,
     Session,
+    StartAnswer,
     StartVerdict,
     Want,
     WorkerService,
@@ -78,6 +81,8 @@ class Connection:
         self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue(SEND_BUFFER_FRAMES)
         self._requests: asyncio.Queue[p.WorkerFrame | None] = asyncio.Queue(REQUEST_BUFFER)
         self.held: dict[tuple[str, int], str] = {}  # (task id, attempt) → queue
+        self._eager: set[tuple[str, int]] = set()  # held attempts delivered with eager_start
+        self._held_starts = HeldStarts(batches.starts, self._started, self._start_failed)
         self._missed: dict[tuple[str, int], int] = {}  # heartbeats that did not list it
         self.max_credits = capacity
         self.closed = asyncio.Event()
@@ -100,6 +105,8 @@ class Connection:
         now = self._clock.now()
         for lease in leases:
             self.held[(lease.ref.task_id, lease.ref.attempt)] = lease.task.queue
+            if _eager(lease):
+                self._eager.add((lease.ref.task_id, lease.ref.attempt))
             due = max(lease.task.created_at, lease.task.run_at)
             self._metrics.schedule_latency.observe(max(0.0, (now - due).total_seconds()))
         self._metrics.tasks_delivered.inc(len(leases))
@@ -119,7 +126,7 @@ class Connection:
                 max_attempts=lease.task.max_attempts,
                 labels=dict(lease.task.labels),
                 traceparent=lease.task.traceparent,
-                eager_start=lease.task.side_effect == "idempotent" and lease.task.gate_id is None,
+                eager_start=_eager(lease),
             )
             for lease in leases
         ]
@@ -202,8 +209,41 @@ class Connection:
             return await self._release(frame)
         raise ProtocolViolation(f"unexpected frame {type(frame).__name__}")
 
-    async def _start(self, frame: p.Start) -> p.Frame:
-        answers = await self._batches.starts.submit([_ref(item) for item in frame.items])
+    async def _start(self, frame: p.Start) -> p.Frame | None:
+        refs = [_ref(item) for item in frame.items]
+        eager = [i for i, r in enumerate(refs) if (r.task_id, r.attempt) in self._eager]
+        if not eager:
+            return self._started_frame(frame.id, await self._batches.starts.submit(refs))
+        # Eager starts wait briefly for their results (decision 0008); the request is
+        # answered once all its items are recorded.
+        answers: list[StartAnswer | None] = [None] * len(refs)
+        others = [i for i in range(len(refs)) if i not in set(eager)]
+        if others:
+            got = await self._batches.starts.submit([refs[i] for i in others])
+            for i, answer in zip(others, got, strict=True):
+                answers[i] = answer
+        self._held_starts.hold(frame.id, refs, answers, eager)
+        return None
+
+    def _started(self, request_id: int, answers: list[StartAnswer]) -> None:
+        with contextlib.suppress(SlowConsumer):
+            self.send(self._started_frame(request_id, answers))
+
+    def _start_failed(self, request_id: int, exc: Exception) -> None:
+        """Held starts could not be recorded: answer as ``answer_requests`` would have."""
+        if isinstance(exc, OrbitError) and not isinstance(exc, Unavailable):
+            error = p.Error(code="invalid_request", message=exc.message, re=request_id)
+        else:
+            if not isinstance(exc, Unavailable):
+                log.error("recording eager starts failed", exc_info=exc)
+            message = exc.message if isinstance(exc, Unavailable) else "please retry"
+            error = p.Error(
+                code="unavailable", message=message, re=request_id, retry_after_ms=RETRY_AFTER_MS
+            )
+        with contextlib.suppress(SlowConsumer):
+            self.send(error)
+
+    def _started_frame(self, request_id: int, answers: list[StartAnswer]) -> p.Frame:
         items = []
         for answer in answers:
             if answer.verdict is not StartVerdict.STARTED:
@@ -217,7 +257,7 @@ class Connection:
                     deadline_at=to_rfc3339(answer.deadline_at),
                 )
             )
-        return p.Started(re=frame.id, items=items)
+        return p.Started(re=request_id, items=items)
 
     async def _heartbeat(self, frame: p.Heartbeat) -> p.Frame:
         self._forget_unlisted({(item.task_id, item.attempt) for item in frame.items})
@@ -238,7 +278,20 @@ class Connection:
 
     async def _result(self, frame: p.Result) -> p.Frame:
         reports = [_report(item) for item in frame.items]
-        outcomes = await self._batches.results.submit(reports)
+        taken: dict[int, Held] = {}
+        for i, report in enumerate(reports):
+            held = self._held_starts.take((report.ref.task_id, report.ref.attempt))
+            if held is not None:  # its start is recorded with it, in one transaction
+                taken[i] = held
+        await self._held_starts.recorded((r.ref.task_id, r.ref.attempt) for r in reports)
+        try:
+            outcomes = await self._batches.results.submit(reports)
+        except BaseException:
+            self._held_starts.put_back(taken.values())
+            raise
+        for i, held in taken.items():
+            started = outcomes[i] in (Outcome.ACCEPTED, Outcome.ALREADY)
+            self._held_starts.resolve(held, started=started)
         answers = []
         for report, outcome in zip(reports, outcomes, strict=True):
             self._settle(report.ref)
@@ -278,6 +331,7 @@ class Connection:
 
     def _settle(self, ref: LeaseRef) -> None:
         self._missed.pop((ref.task_id, ref.attempt), None)
+        self._eager.discard((ref.task_id, ref.attempt))
         queue = self.held.pop((ref.task_id, ref.attempt), None)
         if queue is not None:
             self._dispatcher.settled(1)
@@ -293,6 +347,11 @@ class Connection:
 
 class ProtocolViolation(Exception):
     """A frame that breaks the protocol: the connection closes with 4400."""
+
+
+def _eager(lease: Lease) -> bool:
+    """Whether the attempt may run before its start is confirmed (decision 0007)."""
+    return lease.task.side_effect == "idempotent" and lease.task.gate_id is None
 
 
 def _report(item: p.ResultItem) -> Report:

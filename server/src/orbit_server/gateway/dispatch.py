@@ -23,6 +23,7 @@ from orbit_server.scope import Scope
 log = structlog.get_logger("orbit.dispatch")
 
 POLL_MIN_S = 0.01
+CLAIM_LANES = 2  # claims of one queue in flight at once on a node
 QueueKey = tuple[Scope, str]
 
 
@@ -112,21 +113,39 @@ class Dispatcher:
     async def _run(self, key: QueueKey) -> None:
         event = self._watch.queue_event(*key)
         interval = POLL_MIN_S
+        claims: set[asyncio.Task[bool]] = set()
+
+        def claimed(task: asyncio.Task[bool]) -> None:
+            claims.discard(task)
+            if not task.cancelled() and task.exception() is None and task.result():
+                event.set()  # it found work: look for more at once
+            else:
+                lanes_free.set()
+
+        lanes_free = asyncio.Event()
         try:
             while self._receivers.get(key) and not self._stopped:
                 event.clear()
-                try:
-                    progressed = await self._dispatch(key)
-                except Unavailable as exc:
-                    log.warning("claim skipped: database unavailable", reason=exc.message)
-                    progressed = False
-                    interval = self._poll_max_s
-                if progressed:
+                lanes_free.clear()
+                takes: list[tuple[Receiver, int]] = []
+                if len(claims) < CLAIM_LANES:
+                    try:
+                        takes = await self._reserve(key)
+                    except Unavailable as exc:
+                        log.warning("claim skipped: database unavailable", reason=exc.message)
+                        interval = self._poll_max_s
+                if takes:
+                    # Run the claim beside the loop: while it commits, another connection's
+                    # credits can be claimed in a second transaction (SKIP LOCKED keeps them
+                    # apart), up to CLAIM_LANES at once.
+                    task = asyncio.create_task(self._claim(key, takes), name=f"claim:{key[1]}")
+                    claims.add(task)
+                    task.add_done_callback(claimed)
                     interval = POLL_MIN_S
                     continue
                 try:
                     async with asyncio.timeout(interval):
-                        await event.wait()
+                        await _first(event, lanes_free) if claims else await event.wait()
                     interval = POLL_MIN_S
                 except TimeoutError:
                     interval = min(interval * 2, self._poll_max_s)
@@ -135,26 +154,33 @@ class Dispatcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.sleep(self._poll_max_s * 10)  # not a hot loop on a lasting fault
         finally:
+            for task in claims:
+                task.cancel()
+            await asyncio.gather(*claims, return_exceptions=True)
             self._loops.pop(key, None)
             if key in self._receivers and not self._stopped:  # a receiver came back meanwhile
                 self._loops[key] = asyncio.create_task(self._run(key), name=f"dispatch:{key[1]}")
             else:
                 self._watch.forget_queue(*key)
 
-    async def _dispatch(self, key: QueueKey) -> bool:
-        """One round over the queue's connections with credits; True if anything was leased."""
+    async def _reserve(self, key: QueueKey) -> list[tuple[Receiver, int]]:
+        """Take the credits of the queue's connections (and the node's lease budget) for one
+        claim, if there may be work; none when there is nothing to claim for or with."""
         scope, queue = key
         found = self._receivers.get(key, [])
         if len(found) > 1:  # rotate: the first connection is not always served first
             found.append(found.pop(0))
         ready = [r for r in found if r.credits > 0 and not r.draining]
         if not ready or self._inflight >= self._max_leases:
-            return False
-        if not await self._workers.has_ready(scope, queue):
-            return False
-        progressed = False
-        # Reserve credits and the node's budget before the claim, so that other queues'
-        # loops see them taken while it runs; what was not leased is given back.
+            return []
+        # A submit on this node said there is work: claim at once. Otherwise look first, one
+        # index seek, so that an idle poll costs no write transaction.
+        if not self._watch.take_work(scope, queue) and not await self._workers.has_ready(
+            scope, queue
+        ):
+            return []
+        # Reserved before the claim, so that other claims see them taken while it runs; what
+        # was not leased is given back.
         takes: list[tuple[Receiver, int]] = []
         for receiver in ready:
             take = min(receiver.credits, self._max_leases - self._inflight)
@@ -163,6 +189,12 @@ class Dispatcher:
             receiver.credits -= take
             self._inflight += take
             takes.append((receiver, take))
+        return takes
+
+    async def _claim(self, key: QueueKey, takes: list[tuple[Receiver, int]]) -> bool:
+        """One claim for the reserved credits, and the sending of what it leased; True if
+        anything was leased. Never raises: a failed claim gives its credits back."""
+        scope, queue = key
         started = time.perf_counter()
         results: list[list[Lease]] = [[] for _ in takes]
         try:
@@ -170,19 +202,34 @@ class Dispatcher:
                 scope,
                 [ClaimRequest(r.session, tuple(r.wants(queue, take)), take) for r, take in takes],
             )
+        except Unavailable as exc:
+            log.warning("claim skipped: database unavailable", reason=exc.message)
+            return False
+        except Exception:
+            log.exception("claim failed", queue=queue)
+            return False
         finally:
             for (receiver, take), leases in zip(takes, results, strict=True):
                 receiver.credits += take - len(leases)
                 self._inflight -= take - len(leases)
-        if any(results):
-            self._metrics.claim_seconds.observe(time.perf_counter() - started)
+        if not any(results):
+            return False
+        self._metrics.claim_seconds.observe(time.perf_counter() - started)
         for (receiver, _), leases in zip(takes, results, strict=True):
-            if not leases:
-                continue
-            progressed = True
-            if not receiver.deliver(leases):
+            if leases and not receiver.deliver(leases):
                 # The connection went away between claim and send: give the work back now
                 # instead of letting the leases run out.
                 self._inflight -= len(leases)
-                await self._workers.release([lease.ref for lease in leases])
-        return progressed
+                with contextlib.suppress(Exception):
+                    await self._workers.release([lease.ref for lease in leases])
+        return True
+
+
+async def _first(*events: asyncio.Event) -> None:
+    """Until any of ``events`` is set."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()

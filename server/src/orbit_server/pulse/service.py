@@ -100,7 +100,7 @@ class TaskService:
 
         submitted = await self._db.run(unit)
         for queue in {item.task.queue for item in submitted if item.created}:
-            self._watch.notify_queue(scope, queue)
+            self._watch.notify_queue(scope, queue, work=True)
         for item in submitted:
             if item.created:
                 self._watch.notify(item.task.id)
@@ -129,7 +129,8 @@ class TaskService:
             else:
                 fresh.append(i)
         per_queue = Counter(tasks[i].queue for i in fresh)
-        for name in sorted(per_queue):  # a new queue's row exists before its keys' admission
+        keyed = {tasks[i].queue for i in fresh if tasks[i].concurrency_key is not None}
+        for name in sorted(keyed):  # a new queue's row exists before its keys' admission
             if await store.queue_get(tx, scope, name) is None:
                 await store.queue_lock_or_create(tx, scope, name, now)
         gate_ids = sorted({g for i in fresh if (g := tasks[i].gate_id) is not None})
@@ -178,6 +179,8 @@ class TaskService:
             count = per_queue[name]
             if not count:  # every task of the queue was a replay
                 continue
+            if await store.queue_add_pending_within(tx, scope, name, count, now):
+                continue  # the common case: one statement
             queue = await store.queue_lock_or_create(tx, scope, name, now)
             if queue.max_pending is not None and queue.pending + count > queue.max_pending:
                 raise QueueFull(

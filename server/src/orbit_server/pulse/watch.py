@@ -22,6 +22,7 @@ class TaskWatch:
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self.someone_waits = asyncio.Event()  # set while any task is waited for
         self._queues: dict[tuple[Scope, str], asyncio.Event] = {}
+        self._work: set[tuple[Scope, str]] = set()  # queues known to have new claimable work
         self._cancel_listeners: list[Callable[[str, str | None], None]] = []
 
     @contextlib.contextmanager
@@ -65,11 +66,23 @@ class TaskWatch:
 
     def forget_queue(self, scope: Scope, queue: str) -> None:
         self._queues.pop((scope, queue), None)
+        self._work.discard((scope, queue))
 
-    def notify_queue(self, scope: Scope, queue: str) -> None:
+    def notify_queue(self, scope: Scope, queue: str, *, work: bool = False) -> None:
+        """Wake the queue's dispatch loop; ``work`` when this node just committed claimable
+        work into it (a submit, a promotion), so the loop may claim without looking first."""
         event = self._queues.get((scope, queue))
         if event is not None:
+            if work:
+                self._work.add((scope, queue))
             event.set()
+
+    def take_work(self, scope: Scope, queue: str) -> bool:
+        """Whether work was committed into the queue here since the last call."""
+        if (scope, queue) in self._work:
+            self._work.discard((scope, queue))
+            return True
+        return False
 
     def on_cancel_requested(self, listener: Callable[[str, str | None], None]) -> None:
         """Call ``listener(task_id, reason)`` when a cancel of running work commits here."""

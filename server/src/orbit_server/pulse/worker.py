@@ -8,6 +8,7 @@ event, all in the transaction that changes the state.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -148,6 +149,16 @@ def _holds(task: TaskRecord | lstore.LockedTask, ref: LeaseRef) -> bool:
     return (task.lease_epoch, task.lease_token) == (ref.attempt, ref.lease_token)
 
 
+def _starts_with(task: TaskRecord | lstore.LockedTask) -> bool:
+    """Whether a report of this leased task is also its attempt's start: its delivery was
+    eager — idempotent, without a gate — so the worker ran it once it had sent the start, and
+    the start is recorded first, or with the result when it was not yet (decisions 0007,
+    0008)."""
+    return (
+        task.state == TaskState.LEASED and task.gate_id is None and task.side_effect == "idempotent"
+    )
+
+
 def _expired(task: TaskRecord | lstore.LockedTask, now: datetime) -> bool:
     """A lease whose time is up no longer holds, even before recovery has processed it."""
     return task.lease_expires_at is None or task.lease_expires_at <= now
@@ -196,15 +207,32 @@ class WorkerService:
         token = new_id("lse_")
         budget = request.limit
         leases: list[Lease] = []
-        for want in sorted(request.wants, key=lambda w: (w.queue, w.type)):
+        wants = sorted((w for w in request.wants if w.free > 0), key=lambda w: (w.queue, w.type))
+        for queue_name, of_queue in itertools.groupby(wants, key=lambda w: w.queue):
             if budget <= 0:
                 break
-            take = min(budget, want.free)
-            if take <= 0:
+            # One statement: the queue, and which types have work at all and over how many
+            # fairness keys, so a type with nothing ready costs no claim of its own. A plain
+            # read: the queue's row is locked only under a concurrency limit, and then after
+            # the permit rows (in _choose) — every result of the queue writes that row last,
+            # and a claim holding it from its start would make them all wait (decision 0006).
+            listed = list(of_queue)
+            queue, spans = await lstore.claim_outlook(
+                tx, scope, queue_name, [w.type for w in listed]
+            )
+            if queue is None or queue.paused:
                 continue
-            got = await self._claim_one(tx, scope, request.session, want, take, token, now)
-            leases.extend(got)
-            budget -= len(got)
+            for want in listed:
+                span = spans.get(want.type)
+                take = min(budget, want.free)
+                if span is None or take <= 0:
+                    continue
+                got = await self._claim_one(
+                    tx, scope, request.session, want, queue, take, token, now,
+                    one_key=span[0] == span[1],
+                )  # fmt: skip
+                leases.extend(got)
+                budget -= len(got)
         return leases
 
     async def _claim_one(
@@ -213,16 +241,13 @@ class WorkerService:
         scope: Scope,
         session: Session,
         want: Want,
+        queue: QueueRecord,
         take: int,
         token: str,
         now: datetime,
+        *,
+        one_key: bool,
     ) -> list[Lease]:
-        # A plain read: the queue's row is locked only under a concurrency limit, and then
-        # after the permit rows (in _choose) — every result of the queue writes that row last,
-        # and a claim holding it from its start would make them all wait (decision 0006).
-        queue = await store.queue_get(tx, scope, want.queue)
-        if queue is None or queue.paused:
-            return []
         if queue.concurrency_limit is not None:  # a first look; _choose decides under the lock
             take = min(take, queue.concurrency_limit - queue.active)
             if take <= 0:
@@ -233,7 +258,7 @@ class WorkerService:
         # more, deeper, so a blocked head of the queue does not hide claimable work behind it.
         scan = min(take, DEEP_SCAN)
         while True:
-            candidates = await self._fair_candidates(tx, scope, want, scan)
+            candidates = await self._fair_candidates(tx, scope, want, scan, one_key=one_key)
             chosen, take = await self._choose(tx, scope, want, queue, candidates, take, now)
             if len(chosen) >= take or len(candidates) < scan or scan >= DEEP_SCAN:
                 break
@@ -303,10 +328,15 @@ class WorkerService:
         return chosen, take
 
     async def _fair_candidates(
-        self, tx: Tx, scope: Scope, want: Want, scan: int
+        self, tx: Tx, scope: Scope, want: Want, scan: int, *, one_key: bool
     ) -> list[Candidate]:
         """Up to ``scan`` candidates, rotating over fairness keys: each key with ready work
-        gets an equal share first, then the rest is filled in plain claim order (SPEC P7)."""
+        gets an equal share first, then the rest is filled in plain claim order (SPEC P7).
+        ``one_key``: all ready work of the type has one fairness key, nothing to rotate."""
+        if one_key:
+            return await lstore.ready_candidates(
+                tx, scope, want.queue, want.type, limit=scan, versions=want.versions
+            )
         rotation = (scope, want.queue, want.type)
         keys = await lstore.ready_fairness_keys(
             tx,
@@ -433,6 +463,13 @@ class WorkerService:
                 decide(TaskState.LEASED, Event.START_DENIED_GATE)
                 await self._back_to_pending(tx, task, now, cause="gate_closed")
                 return StartAnswer(ref, StartVerdict.DENIED_GATE)
+        expires_at, deadline = await self._record_start(tx, task, ref, now)
+        return StartAnswer(ref, StartVerdict.STARTED, expires_at, deadline)
+
+    async def _record_start(
+        self, tx: Tx, task: TaskRecord, ref: LeaseRef, now: datetime
+    ) -> tuple[datetime, datetime]:
+        """A leased task (locked, fenced, its gate checked) starts: the lease end and deadline."""
         decide(TaskState.LEASED, Event.START)
         expires_at, deadline = self._started_lease(now, task.timeout_ms)
         await lstore.task_set_running(
@@ -441,7 +478,7 @@ class WorkerService:
         await lstore.attempt_update(
             tx, task.id, ref.attempt, state="running", started_at=now, lease_expires_at=expires_at
         )
-        return StartAnswer(ref, StartVerdict.STARTED, expires_at, deadline)
+        return expires_at, deadline
 
     async def renew(self, refs: Sequence[LeaseRef]) -> list[Renewal]:
         """Extend many leases in one transaction; a verdict per item (fenced): one statement
@@ -520,6 +557,12 @@ class WorkerService:
             for i in sorted(rest, key=queue_order):
                 ref = reports[i].ref  # read again: an earlier item may have changed the row
                 fresh = await lstore.task_lock_fenced(tx, ref.task_id, ref.attempt, ref.lease_token)
+                eager = fresh is not None and _starts_with(fresh)
+                if fresh is not None and eager and not _expired(fresh, now):
+                    await self._record_start(tx, fresh, ref, now)  # an eager attempt's start
+                    fresh = await lstore.task_lock_fenced(
+                        tx, ref.task_id, ref.attempt, ref.lease_token
+                    )
                 outcomes[i] = await self._report_locked(tx, reports[i], fresh, now)
             return outcomes
 
@@ -535,26 +578,39 @@ class WorkerService:
         locked: Sequence[lstore.LockedTask | None],
         now: datetime,
     ) -> set[int]:
-        """The common case in bulk: successes of running attempts whose leases hold. The same
-        transition for every one of them (``running`` → ``succeeded``, permits back, a result
-        event), written set by set. Answers the indexes it handled."""
-        picked = []
+        """The common case in bulk: successes of running attempts whose leases hold, and of
+        eager attempts whose report is their start too. The same transition for every one of
+        them (→ ``succeeded``, permits back, a result event), written set by set. Answers the
+        indexes it handled."""
+        running: list[int] = []
+        starting: list[int] = []  # leased: the report is the eager attempt's start as well
         seen: set[str] = set()  # a report sent twice in one batch: the second one waits
         for i, (report, task) in enumerate(zip(reports, locked, strict=True)):
             if (
-                report.event is Event.COMPLETE
-                and task is not None
-                and task.id not in seen
-                and task.state == TaskState.RUNNING
-                and not _expired(task, now)
+                report.event is not Event.COMPLETE
+                or task is None
+                or task.id in seen
+                or _expired(task, now)
             ):
-                decide(TaskState.RUNNING, Event.COMPLETE)
-                picked.append(i)
-                seen.add(task.id)
+                continue
+            if task.state == TaskState.RUNNING:
+                running.append(i)
+            elif _starts_with(task):
+                decide(TaskState.LEASED, Event.START)
+                starting.append(i)
+            else:
+                continue
+            decide(TaskState.RUNNING, Event.COMPLETE)
+            seen.add(task.id)
+        picked = running + starting
         if not picked:
             return set()
+        for group, eager in ((running, False), (starting, True)):
+            await lstore.tasks_succeed_many(
+                tx, [t for i in group if (t := locked[i]) is not None],
+                [reports[i].result for i in group], now, starting=eager,
+            )  # fmt: skip
         tasks = [t for i in picked if (t := locked[i]) is not None]
-        await lstore.tasks_succeed_many(tx, tasks, [reports[i].result for i in picked], now)
         per_queue: dict[tuple[Scope, str], int] = defaultdict(int)
         per_key: dict[tuple[Scope, str, str], int] = defaultdict(int)
         for task in tasks:
@@ -764,5 +820,5 @@ class WorkerService:
 
         promoted = await self._db.run(unit)
         for scope, queue in queues:
-            self._watch.notify_queue(scope, queue)
+            self._watch.notify_queue(scope, queue, work=True)
         return promoted

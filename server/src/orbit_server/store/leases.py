@@ -15,10 +15,12 @@ from orbit_server.scope import Scope
 from orbit_server.store.base import Row, Tx, chunks
 from orbit_server.store.pulse import (
     AttemptRecord,
+    QueueRecord,
     TaskEventRecord,
     TaskRecord,
     attempt_from_row,
     key_permit_ensure,
+    queue_from_row,
     task_event_params,
     task_from_row,
 )
@@ -55,6 +57,7 @@ class LockedTask:
     owner_kind: str | None
     owner_id: str | None
     event_seq: int
+    side_effect: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,23 @@ def _scope(scope: Scope) -> dict[str, Any]:
 
 def _json(value: Any) -> str | None:
     return None if value is None else msgspec.json.encode(value).decode()
+
+
+async def claim_outlook(
+    tx: Tx, scope: Scope, queue: str, types: Sequence[str]
+) -> tuple[QueueRecord | None, dict[str, tuple[str, str]]]:
+    """What a claim needs to know first, in one statement: the queue (None if it does not
+    exist), and for each of ``types`` with claimable work its first and last fairness key
+    (equal when it has one key only); types without work are absent."""
+    found: QueueRecord | None = None
+    spans: dict[str, tuple[str, str]] = {}
+    for part in chunks(sorted(set(types)), HEADS_PER_STATEMENT):
+        many = [{**_scope(scope), "queue": queue, "type": t} for t in part]
+        for row in await tx.fetch_union("claim_outlook", many):
+            found = found or queue_from_row(row)
+            if row["first_key"] is not None:
+                spans[str(row["type"])] = (str(row["first_key"]), str(row["last_key"]))
+    return found, spans
 
 
 async def ready_fairness_keys(
@@ -327,24 +347,36 @@ def _locked(r: Row) -> LockedTask:
         gate_id=r["gate_id"], timeout_ms=int(r["timeout_ms"]),
         concurrency_key=r["concurrency_key"], owner_kind=r["owner_kind"],
         owner_id=r["owner_id"], event_seq=int(r["event_seq"]),
+        side_effect=str(r["side_effect"]),
     )  # fmt: skip
 
 
 async def tasks_succeed_many(
-    tx: Tx, tasks: Sequence[LockedTask], results: Sequence[Any], now: datetime
+    tx: Tx,
+    tasks: Sequence[LockedTask],
+    results: Sequence[Any],
+    now: datetime,
+    *,
+    starting: bool = False,
 ) -> None:
     """Running tasks (locked by the caller) to ``succeeded`` with their results, their
     attempts ended ``completed`` and their result events written: a few statements for the
-    whole batch (a result other than ``None`` costs one more each)."""
+    whole batch (a result other than ``None`` costs one more each). ``starting``: the tasks
+    are leased, and each report is its eager attempt's start as well (decision 0008): the
+    attempt is counted and marked started and ended at once."""
     if not tasks:
         return
     ids = [t.id for t in tasks]
-    await tx.execute("tasks_succeed_many", {"task_ids": ids, "now": now})
+    await tx.execute(
+        "tasks_succeed_many",
+        {"task_ids": ids, "now": now, "counted": int(starting),
+         "from_state": "leased" if starting else "running"},
+    )  # fmt: skip
     for task, result in zip(tasks, results, strict=True):
         if result is not None:
             await tx.execute("task_result_set", {"id": task.id, "result": _json(result)})
     await tx.execute(
-        "attempts_end_running_many",
+        "attempts_start_and_end_many" if starting else "attempts_end_running_many",
         {"task_ids": ids, "state": "succeeded", "cause": "completed", "now": now},
     )
     events = [

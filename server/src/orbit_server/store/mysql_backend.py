@@ -2,7 +2,9 @@
 
 Every connection runs READ COMMITTED (DATABASE.md: REPEATABLE READ gap locks block inserts
 behind a claimer), a short lock wait timeout, and autocommit off, so a unit's first statement
-opens its transaction and no extra ``BEGIN`` round trip is paid. The startup probe runs on a
+opens its transaction and no extra ``BEGIN`` round trip is paid. Read-only units run on a
+smaller pool of autocommit connections: under READ COMMITTED each statement sees the latest
+commits either way, and a read then costs no ``COMMIT`` round trip. The startup probe runs on a
 connection of its own before the pool exists, because the session variable names it sets differ
 between MySQL and MariaDB.
 """
@@ -218,8 +220,11 @@ class MySQLDatabase(Database):
         super().__init__(retry, unit_timeout_s)
         self.url = url
         self.queries = QueryBook.load("mysql")
-        self._pool_min = pool_min
-        self._pool_max = pool_max
+        # A quarter of the connections (when there are at least four) serve read-only units.
+        self._read_max = pool_max // 4 if pool_max >= 4 else 0
+        self._pool_min = min(pool_min, pool_max - self._read_max)
+        self._pool_max = pool_max - self._read_max
+        self._read_pool: Pool | None = None
         self._connect_timeout_s = connect_timeout_s
         self._lock_wait_timeout_s = lock_wait_timeout_s
         self._pool: Pool | None = None
@@ -228,7 +233,9 @@ class MySQLDatabase(Database):
         self._info: ServerInfo | None = None
         self.isolation_variable = "transaction_isolation"
 
-    def connection_kwargs(self, init_command: str | None = None) -> dict[str, Any]:
+    def connection_kwargs(
+        self, init_command: str | None = None, *, autocommit: bool = False
+    ) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "host": self.url.host,
             "port": self.url.port,
@@ -236,7 +243,7 @@ class MySQLDatabase(Database):
             "password": self.url.password,
             "database": self.url.database,
             "charset": "utf8mb4",
-            "autocommit": False,
+            "autocommit": autocommit,
             "connect_timeout": max(1, round(self._connect_timeout_s)),
             # asyncmy sends ``SET sql_mode=<value>`` verbatim, so the value carries its quotes.
             "sql_mode": "'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,NO_ZERO_DATE'",
@@ -289,27 +296,39 @@ class MySQLDatabase(Database):
             rows: list[Any] = await cursor.fetchall()
         return rows
 
-    async def _ensure_pool(self) -> Pool:
-        if self._pool is not None:
-            return self._pool
+    async def _ensure_pool(self, *, read: bool = False) -> Pool:
+        """The write pool, or with ``read`` the autocommit pool of read-only units (the write
+        pool when there is none)."""
+        read = read and self._read_max > 0
+        pool = self._read_pool if read else self._pool
+        if pool is not None:
+            return pool
         async with self._pool_lock:
             if self._closed:
                 raise DatabaseUnavailable("the database connection is closed")
             if self._info is None:
                 self._info = await self._probe()
             if self._pool is None:
-                try:
-                    self._pool = await asyncmy.create_pool(
-                        minsize=self._pool_min,
-                        maxsize=self._pool_max,
-                        pool_recycle=3600,
-                        **self.connection_kwargs(self.session_setup()),
-                    )
-                except Exception as exc:
-                    if could_not_connect(exc):
-                        raise ConnectionLost(type(exc).__name__) from exc
-                    raise
-            return self._pool
+                self._pool = await self._create_pool(self._pool_min, self._pool_max, False)
+            if read and self._read_pool is None:
+                self._read_pool = await self._create_pool(0, self._read_max, True)
+            pool = self._read_pool if read else self._pool
+            assert pool is not None
+            return pool
+
+    async def _create_pool(self, minsize: int, maxsize: int, autocommit: bool) -> Pool:
+        try:
+            pool: Pool = await asyncmy.create_pool(
+                minsize=minsize,
+                maxsize=maxsize,
+                pool_recycle=3600,
+                **self.connection_kwargs(self.session_setup(), autocommit=autocommit),
+            )
+        except Exception as exc:
+            if could_not_connect(exc):
+                raise ConnectionLost(type(exc).__name__) from exc
+            raise
+        return pool
 
     async def connect(self) -> ServerInfo:
         try:
@@ -334,7 +353,7 @@ class MySQLDatabase(Database):
         return conn
 
     async def _run_once(self, unit: Unit[T], *, write: bool, timeout_s: float) -> T:
-        pool = await self._ensure_pool()
+        pool = await self._ensure_pool(read=not write)
         conn = await self._acquire(pool)
         reusable = False
         try:
@@ -348,6 +367,9 @@ class MySQLDatabase(Database):
             except BaseException:
                 reusable = await self._rollback(conn)
                 raise
+            if pool is self._read_pool:  # autocommit: nothing to commit
+                reusable = True
+                return result
             try:
                 async with asyncio.timeout(timeout_s):
                     await conn.commit()
@@ -388,8 +410,9 @@ class MySQLDatabase(Database):
 
     async def close(self) -> None:
         self._closed = True
-        pool, self._pool = self._pool, None
-        if pool is not None:
+        pools = [p for p in (self._pool, self._read_pool) if p is not None]
+        self._pool = self._read_pool = None
+        for pool in pools:
             pool.close()
             try:
                 async with asyncio.timeout(self.unit_timeout_s):
@@ -398,6 +421,7 @@ class MySQLDatabase(Database):
                 pool.terminate()
 
     def pool_stats(self) -> tuple[int, int]:
-        if self._pool is None:
-            return 0, self._pool_max
-        return int(self._pool.size) - int(self._pool.freesize), self._pool_max
+        used = sum(
+            int(p.size) - int(p.freesize) for p in (self._pool, self._read_pool) if p is not None
+        )
+        return used, self._pool_max + self._read_max

@@ -116,7 +116,7 @@ def _scope_params(scope: Scope) -> dict[str, Any]:
     return {"tenant": scope.tenant, "environment": scope.environment}
 
 
-def _queue(row: Row) -> QueueRecord:
+def queue_from_row(row: Row) -> QueueRecord:
     return QueueRecord(
         scope=Scope(str(row["tenant"]), str(row["environment"])),
         name=str(row["name"]),
@@ -208,14 +208,14 @@ async def queue_get(tx: Tx, scope: Scope, name: str, *, lock: bool = False) -> Q
     row = await tx.fetch_one(
         "queue_lock" if lock else "queue_get", {**_scope_params(scope), "name": name}
     )
-    return None if row is None else _queue(row)
+    return None if row is None else queue_from_row(row)
 
 
 async def queue_list(tx: Tx, scope: Scope, *, limit: int, after: str = "") -> list[QueueRecord]:
     rows = await tx.fetch_all(
         "queue_list", {**_scope_params(scope), "after": after, "limit": limit}
     )
-    return [_queue(r) for r in rows]
+    return [queue_from_row(r) for r in rows]
 
 
 async def queue_update_settings(
@@ -254,6 +254,18 @@ async def queue_add_counts(
             {**_scope_params(scope), "name": name, "pending": pending, "active": active,
              "now": now},
         )  # fmt: skip
+
+
+async def queue_add_pending_within(
+    tx: Tx, scope: Scope, name: str, pending: int, now: datetime
+) -> bool:
+    """Count ``pending`` new waiting tasks into an existing queue that stays within its quota;
+    False (nothing changed) when the queue is missing or the quota would be exceeded."""
+    changed = await tx.execute(
+        "queue_add_pending_within",
+        {**_scope_params(scope), "name": name, "pending": pending, "now": now},
+    )
+    return changed > 0
 
 
 async def key_permit_ensure(

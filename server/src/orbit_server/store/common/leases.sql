@@ -109,10 +109,13 @@ SELECT task_id FROM task_ready
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue LIMIT 1
 
 -- name: tasks_succeed_many
--- Running tasks whose workers reported success, in one statement; results are set apart.
-UPDATE tasks SET state = 'succeeded', result = NULL, error = NULL, finished_at = :now,
-       lease_expires_at = NULL, deadline_at = NULL, event_seq = event_seq + 1, updated_at = :now
- WHERE id IN (:task_ids) AND state = 'running'
+-- Tasks whose workers reported success, in one statement; results are set apart. From
+-- 'running', or from 'leased' for eager attempts whose report is their start too (then the
+-- attempt is counted here: :counted is 1).
+UPDATE tasks SET state = 'succeeded', attempts = attempts + :counted, result = NULL,
+       error = NULL, finished_at = :now, lease_expires_at = NULL, deadline_at = NULL,
+       event_seq = event_seq + 1, updated_at = :now
+ WHERE id IN (:task_ids) AND state = :from_state
 
 -- name: task_result_set
 UPDATE tasks SET result = :result WHERE id = :id
@@ -121,6 +124,12 @@ UPDATE tasks SET result = :result WHERE id = :id
 UPDATE task_attempts SET state = :state, cause = :cause, ended_at = :now,
        lease_expires_at = NULL, error = NULL
  WHERE task_id IN (:task_ids) AND state = 'running'
+
+-- name: attempts_start_and_end_many
+-- Eager attempts whose report was their start too: started and ended at once.
+UPDATE task_attempts SET state = :state, cause = :cause, started_at = :now, ended_at = :now,
+       lease_expires_at = NULL, error = NULL
+ WHERE task_id IN (:task_ids) AND state = 'leased'
 
 -- name: tasks_start_many
 UPDATE tasks SET state = 'running', attempts = attempts + 1, lease_expires_at = :expires_at,

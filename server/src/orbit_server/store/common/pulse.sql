@@ -26,6 +26,13 @@ UPDATE queues SET paused = :paused, concurrency_limit = :concurrency_limit,
 UPDATE queues SET pending = pending + :pending, active = active + :active, updated_at = :now
  WHERE tenant = :tenant AND environment = :environment AND name = :name
 
+-- name: queue_add_pending_within
+-- A submit's count, only if the queue exists and stays within its waiting-tasks quota: one
+-- statement in the common case; 0 rows changed sends the caller to the locking path.
+UPDATE queues SET pending = pending + :pending, updated_at = :now
+ WHERE tenant = :tenant AND environment = :environment AND name = :name
+   AND (max_pending IS NULL OR pending + :pending <= max_pending)
+
 -- name: queue_state_counts
 SELECT state, COUNT(*) AS n FROM tasks
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue

@@ -1,3 +1,16 @@
+-- name: claim_outlook
+-- The queue, and whether a type has claimable work and over how many fairness keys (first =
+-- last: one): two index seeks a type, every type of a claim in one statement (a union).
+SELECT q.tenant, q.environment, q.name, q.paused, q.concurrency_limit, q.key_concurrency,
+       q.max_pending, q.pending, q.active, q.created_at, q.updated_at, :type AS type,
+       (SELECT fairness_key FROM task_ready FORCE INDEX (task_ready_fair)
+         WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND type = :type
+         ORDER BY fairness_key LIMIT 1) AS first_key,
+       (SELECT fairness_key FROM task_ready FORCE INDEX (task_ready_fair)
+         WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND type = :type
+         ORDER BY fairness_key DESC LIMIT 1) AS last_key
+  FROM queues q WHERE q.tenant = :tenant AND q.environment = :environment AND q.name = :queue
+
 -- name: ready_first_fairness_key
 SELECT fairness_key FROM task_ready FORCE INDEX (task_ready_fair)
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND type = :type
@@ -67,5 +80,5 @@ SELECT t.id, t.pending_key AS concurrency_key FROM tasks t FORCE INDEX (tasks_ke
 -- name: tasks_lock_many
 SELECT id, tenant, environment, queue, state, lease_epoch, lease_token, lease_expires_at,
        deadline_at, cancel_requested, gate_id, timeout_ms, concurrency_key, owner_kind, owner_id,
-       event_seq
+       event_seq, side_effect
   FROM tasks WHERE id IN (:task_ids) ORDER BY id FOR UPDATE

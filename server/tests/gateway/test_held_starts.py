@@ -1,0 +1,115 @@
+"""Eager starts wait briefly for their results (decision 0008): a result that comes within the
+hold records the start with it in one transaction; a start the hold did not pair is recorded
+alone, even if its worker is gone; nothing is answered before it is committed."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from orbit_server.runtime.node import Node
+from tests.conftest import SCOPE
+from tests.gateway.conftest import Live, hello, recv, ref, send
+from tests.gateway.test_gateway import deliveries, submit
+
+
+async def answers(ws: Any, count: int) -> dict[str, dict[str, Any]]:
+    """The next ``count`` answers, by type."""
+    found = {}
+    for _ in range(count):
+        frame = await recv(ws)
+        found[frame["type"]] = frame
+    return found
+
+
+async def task_row(node: Node, task_id: str) -> tuple[str, int, bool]:
+    task = await node.tasks.get(SCOPE, task_id)
+    [attempt] = await node.tasks.attempts(SCOPE, task_id)
+    return task.state, task.attempts, attempt.started_at is not None
+
+
+async def test_a_result_within_the_hold_records_its_start_with_it(live: Live) -> None:
+    [task_id] = await submit(live)
+    async with live.connect() as ws:
+        await hello(ws)
+        [d] = await deliveries(ws, 1)
+        assert d["eager_start"] is True
+        await send(ws, {"type": "start", "id": 1, "items": [ref(d)]})
+        await send(ws, {"type": "result", "id": 2,
+                        "items": [{**ref(d), "outcome": "succeeded", "result": 7}]})  # fmt: skip
+        got = await answers(ws, 2)
+    assert got["acked"]["re"] == 2 and got["acked"]["items"][0]["verdict"] == "accepted"
+    assert got["started"]["re"] == 1 and got["started"]["items"][0]["verdict"] == "started"
+    assert live.gateway.batches.starts.batches == 0  # no transaction of its own
+    assert await task_row(live.node, task_id) == ("succeeded", 1, True)
+
+
+async def test_a_start_the_hold_did_not_pair_is_recorded_alone(live: Live) -> None:
+    [task_id] = await submit(live)
+    async with live.connect() as ws:
+        await hello(ws)
+        [d] = await deliveries(ws, 1)
+        await send(ws, {"type": "start", "id": 1, "items": [ref(d)]})
+        started = await recv(ws)
+        assert started["type"] == "started" and started["items"][0]["verdict"] == "started"
+        assert await task_row(live.node, task_id) == ("running", 1, True)
+        await send(ws, {"type": "result", "id": 2,
+                        "items": [{**ref(d), "outcome": "succeeded"}]})  # fmt: skip
+        assert (await recv(ws))["items"][0]["verdict"] == "accepted"
+    assert live.gateway.batches.starts.batches == 1
+
+
+async def test_a_held_start_is_recorded_after_its_worker_is_gone(live: Live) -> None:
+    """A worker that dies while its handler runs still used an attempt: a task that kills its
+    workers runs out of attempts instead of being delivered for ever."""
+    [task_id] = await submit(live)
+    async with live.connect() as ws:
+        await hello(ws)
+        [d] = await deliveries(ws, 1)
+        await send(ws, {"type": "start", "id": 1, "items": [ref(d)]})
+    async with asyncio.timeout(10):  # the hold ends on the node's own timer
+        while (await live.node.tasks.get(SCOPE, task_id)).state == "leased":
+            await asyncio.sleep(0.01)
+    assert await task_row(live.node, task_id) == ("running", 1, True)
+
+
+async def test_plain_starts_are_not_held(live: Live) -> None:
+    [task_id] = await submit(live, side_effect="unsafe")
+    async with live.connect() as ws:
+        await hello(ws)
+        [d] = await deliveries(ws, 1)
+        assert d["eager_start"] is False
+        await send(ws, {"type": "start", "id": 1, "items": [ref(d)]})
+        assert (await recv(ws))["items"][0]["verdict"] == "started"
+    assert live.gateway.batches.starts.batches == 1
+    assert (await live.node.tasks.get(SCOPE, task_id)).state == "running"
+
+
+async def test_a_result_waits_for_its_start_being_recorded_alone() -> None:
+    """The hold ended and the start is in its own transaction: a result that comes now waits
+    for that commit, so that it finds its attempt started."""
+    from orbit_server.gateway.batch import Batcher
+    from orbit_server.gateway.starts import HeldStarts
+    from orbit_server.pulse.worker import LeaseRef, StartAnswer, StartVerdict
+
+    commit = asyncio.Event()
+
+    async def record(refs: list[LeaseRef]) -> list[StartAnswer]:
+        await commit.wait()
+        return [StartAnswer(r, StartVerdict.STARTED) for r in refs]
+
+    answered: list[tuple[int, list[StartAnswer]]] = []
+    held = HeldStarts(
+        Batcher(record), lambda rid, a: answered.append((rid, a)), lambda rid, e: None, hold_s=0
+    )
+    ref = LeaseRef("tsk_1", 1, "lse_1")
+    held.hold(7, [ref], [None], [0])
+    await asyncio.sleep(0)  # the zero hold ends: recording starts
+    await asyncio.sleep(0)
+    assert held.take(("tsk_1", 1)) is None  # no longer held
+    waiting = asyncio.create_task(held.recorded([("tsk_1", 1)]))
+    await asyncio.sleep(0)
+    assert not waiting.done() and answered == []
+    commit.set()
+    await waiting
+    assert answered == [(7, [StartAnswer(ref, StartVerdict.STARTED)])]
