@@ -155,3 +155,22 @@ async def test_the_claim_outlook_seeks_the_fairness_index_for_every_type(node: N
     for part in reads:
         assert part["key"] == "task_ready_fair", plan
         assert "filesort" not in str(part.get("Extra") or "").lower(), plan
+
+
+async def test_the_first_pending_task_of_many_keys_is_one_seek_per_key(node: Node) -> None:
+    """``keys_first_pending``: the permit rows drive a dependent subquery that reads the key's
+    index in claim order (no sort), one seek per key."""
+    if node.db.dialect != "mysql":
+        pytest.skip("the plans checked here are InnoDB's")
+    specs = [TaskSpec(queue="emails", type="send", concurrency_key=f"c{i % 7}") for i in range(300)]
+    await node.tasks.submit_many(SCOPE, specs)
+    values = {"tenant": SCOPE.tenant, "environment": SCOPE.environment, "queue": "emails"}
+    sql, args = node.db.queries.bind("keys_first_pending", {**values, "keys": ["c1", "c2"]})
+
+    async def unit(tx: Tx) -> list[dict[str, Any]]:
+        return await explain(tx, sql, tuple(args))
+
+    plan = await node.db.run(unit)
+    [seek] = [p for p in plan if p["table"] == "t"]
+    assert "DEPENDENT" in str(seek["select_type"]) and seek["key"] == "tasks_key", plan
+    assert "filesort" not in str(seek.get("Extra") or "").lower(), plan

@@ -109,6 +109,35 @@ async def test_pending_is_counted_only_into_an_existing_queue_within_its_quota(
     assert await db.run(unit) == ([False, True, False], 3)
 
 
+@pytest.mark.covers("queue_take_active_within")
+async def test_a_claim_is_counted_only_within_the_concurrency_limit_of_an_open_queue(
+    db: Database, clock: FakeClock
+) -> None:
+    async def limit(tx: Tx, *, paused: bool) -> None:
+        await store.queue_update_settings(
+            tx, SCOPE, "emails", paused=paused, concurrency_limit=3, key_concurrency=1,
+            max_pending=None, now=clock.now(),
+        )  # fmt: skip
+
+    async def unit(tx: Tx) -> tuple[list[bool], tuple[int, int]]:
+        await store.queue_ensure(tx, SCOPE, "emails", clock.now())
+        await store.queue_add_counts(tx, SCOPE, "emails", pending=5, now=clock.now())
+        await limit(tx, paused=False)
+        took = [
+            await store.queue_take_active_within(tx, SCOPE, "emails", 2, clock.now()),
+            await store.queue_take_active_within(tx, SCOPE, "emails", 2, clock.now()),  # 4 > 3
+            await store.queue_take_active_within(tx, SCOPE, "emails", 1, clock.now()),
+        ]
+        await store.queue_add_counts(tx, SCOPE, "emails", active=-3, now=clock.now())
+        await limit(tx, paused=True)
+        took.append(await store.queue_take_active_within(tx, SCOPE, "emails", 1, clock.now()))
+        queue = await store.queue_get(tx, SCOPE, "emails")
+        assert queue is not None
+        return took, (queue.pending, queue.active)
+
+    assert await db.run(unit) == ([True, False, True, False], (2, 0))
+
+
 @pytest.mark.covers("queue_add_counts", "key_permit_ensure", "key_permit_active")
 async def test_counters_and_key_permits_move_by_deltas(db: Database, clock: FakeClock) -> None:
     async def unit(tx: Tx) -> tuple[int, int, int]:

@@ -8,6 +8,7 @@ event, all in the transaction that changes the state.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections import defaultdict
@@ -35,6 +36,7 @@ from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
 from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
+from orbit_server.store.base import TransientConflict
 from orbit_server.store.leases import Candidate
 from orbit_server.store.pulse import QueueRecord, TaskRecord
 
@@ -233,6 +235,9 @@ class WorkerService:
                 )  # fmt: skip
                 leases.extend(got)
                 budget -= len(got)
+                queue = dataclasses.replace(
+                    queue, pending=queue.pending - len(got), active=queue.active + len(got)
+                )
         return leases
 
     async def _claim_one(
@@ -286,10 +291,21 @@ class WorkerService:
                 taken_per_key[t.concurrency_key] += 1
         await lstore.attempts_insert(tx, leased, now)
         await store.key_permits_add_many(tx, scope, want.queue, taken_per_key, now)
-        await store.queue_add_counts(
-            tx, scope, want.queue, pending=-len(leased), active=len(leased), now=now
-        )
+        await self._count_claimed(tx, queue, len(leased), now)
         return [Lease(LeaseRef(t.id, t.lease_epoch, token), t, expires_at) for t in leased]
+
+    @staticmethod
+    async def _count_claimed(tx: Tx, queue: QueueRecord, count: int, now: datetime) -> None:
+        """Count the claim into the queue's row, its last statement (decision 0006). Under a
+        concurrency limit the count is conditional (decision 0009): the limit was read without
+        a lock, and a claim that committed meanwhile may have used the room; then the whole
+        claim is run again on fresh counts, so the limit holds without a long lock."""
+        if queue.concurrency_limit is None:
+            await store.queue_add_counts(
+                tx, queue.scope, queue.name, pending=-count, active=count, now=now
+            )
+        elif not await store.queue_take_active_within(tx, queue.scope, queue.name, count, now):
+            raise TransientConflict("the queue's concurrency limit was reached meanwhile")
 
     @staticmethod
     async def _choose(
@@ -301,19 +317,13 @@ class WorkerService:
         take: int,
         now: datetime,
     ) -> tuple[list[Candidate], int]:
-        """The candidates this claim may lease: open gate, key permits, the queue's limit (the
-        versions were filtered by the candidates' query); and ``take`` under that limit."""
+        """The candidates this claim may lease: open gate, key permits, at most ``take`` (the
+        versions were filtered by the candidates' query; the queue's limit is checked when
+        the claim counts them, in ``_count_claimed``)."""
         gates = await lstore.gates_open(tx, [c.gate_id for c in candidates if c.gate_id])
         candidates = [c for c in candidates if c.gate_id is None or gates.get(c.gate_id, False)]
         keyed = [c.concurrency_key for c in candidates if c.concurrency_key is not None]
         permits = await lstore.key_permits_lock(tx, scope, want.queue, keyed, now)
-        if queue.concurrency_limit is not None:
-            locked = await store.queue_get(tx, scope, want.queue, lock=True)
-            if locked is None or locked.paused:
-                return [], 0
-            queue = locked
-            if queue.concurrency_limit is not None:
-                take = max(0, min(take, queue.concurrency_limit - queue.active))
         chosen: list[Candidate] = []
         taken_per_key: dict[str, int] = defaultdict(int)
         for candidate in candidates:

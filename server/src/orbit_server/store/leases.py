@@ -256,15 +256,26 @@ async def ready_of_keys(tx: Tx, scope: Scope, queue: str, keys: Sequence[str]) -
 
 
 HEADS_PER_STATEMENT = 200  # keys whose heads one statement reads (SQLite allows 500 parts)
+KEYS_PER_STATEMENT = 500  # keys in one IN list
 
 
 async def keys_head_pending(
     tx: Tx, scope: Scope, queue: str, limits: Mapping[str, int]
 ) -> dict[str, list[str]]:
     """For each concurrency key, its first ``limits[key]`` pending tasks in claim order whose
-    gate is open (or that have none): an index seek per key, many keys per statement."""
-    wanted = sorted((key, n) for key, n in limits.items() if n > 0)
+    gate is open (or that have none): an index seek per key, many keys per statement. Keys
+    whose permit rows exist (every key the caller admits) and that want one task — the common
+    case — are read by one correlated statement; the others by a union of per-key reads."""
     heads: dict[str, list[str]] = {key: [] for key in limits}
+    firsts = sorted(key for key, n in limits.items() if n == 1)
+    for keys in chunks(firsts, KEYS_PER_STATEMENT):
+        rows = await tx.fetch_all(
+            "keys_first_pending", {**_scope(scope), "queue": queue, "keys": list(keys)}
+        )
+        for row in rows:
+            if row["id"] is not None:
+                heads[str(row["concurrency_key"])].append(str(row["id"]))
+    wanted = sorted((key, n) for key, n in limits.items() if n > 1)
     for part in chunks(wanted, HEADS_PER_STATEMENT):
         many = [
             {**_scope(scope), "queue": queue, "concurrency_key": key, "limit": n} for key, n in part

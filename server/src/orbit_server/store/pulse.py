@@ -268,6 +268,18 @@ async def queue_add_pending_within(
     return changed > 0
 
 
+async def queue_take_active_within(
+    tx: Tx, scope: Scope, name: str, n: int, now: datetime
+) -> bool:
+    """Count ``n`` claimed tasks (waiting → active) if the queue is not paused and its
+    concurrency limit has room for them; False (nothing changed) otherwise."""
+    changed = await tx.execute(
+        "queue_take_active_within",
+        {**_scope_params(scope), "name": name, "n": n, "now": now},
+    )
+    return changed > 0
+
+
 async def key_permit_ensure(
     tx: Tx, scope: Scope, queue: str, concurrency_key: str, now: datetime
 ) -> None:

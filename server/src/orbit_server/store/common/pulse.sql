@@ -33,6 +33,13 @@ UPDATE queues SET pending = pending + :pending, updated_at = :now
  WHERE tenant = :tenant AND environment = :environment AND name = :name
    AND (max_pending IS NULL OR pending + :pending <= max_pending)
 
+-- name: queue_take_active_within
+-- A claim's count under the queue's concurrency limit, only if the limit still has room and
+-- the queue is not paused: 0 rows changed means a claim that committed meanwhile took it.
+UPDATE queues SET pending = pending - :n, active = active + :n, updated_at = :now
+ WHERE tenant = :tenant AND environment = :environment AND name = :name AND paused = 0
+   AND (concurrency_limit IS NULL OR active + :n <= concurrency_limit)
+
 -- name: queue_state_counts
 SELECT state, COUNT(*) AS n FROM tasks
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue

@@ -75,6 +75,22 @@ SELECT t.id, t.pending_key AS concurrency_key FROM tasks t INDEXED BY tasks_key
  ORDER BY t.priority DESC, t.run_at, t.id
  LIMIT :limit
 
+-- name: keys_first_pending
+-- The first pending task of each key in claim order (open gate or none), NULL for a key with
+-- none: the key's permit row drives one correlated index seek per key, all keys in one
+-- statement, planned once (a union plans every part).
+SELECT k.concurrency_key,
+       (SELECT t.id FROM tasks t INDEXED BY tasks_key
+          LEFT JOIN gates g ON g.id = t.gate_id
+         WHERE t.tenant = k.tenant AND t.environment = k.environment AND t.queue = k.queue
+           AND t.pending_key = k.concurrency_key AND t.state = 'pending'
+           AND (t.gate_id IS NULL OR g.open = 1)
+         ORDER BY t.priority DESC, t.run_at, t.id
+         LIMIT 1) AS id
+  FROM key_permits k
+ WHERE k.tenant = :tenant AND k.environment = :environment AND k.queue = :queue
+   AND k.concurrency_key IN (:keys)
+
 -- name: tasks_lock_many
 SELECT id, tenant, environment, queue, state, lease_epoch, lease_token, lease_expires_at,
        deadline_at, cancel_requested, gate_id, timeout_ms, concurrency_key, owner_kind, owner_id,
