@@ -113,3 +113,36 @@ async def test_a_result_waits_for_its_start_being_recorded_alone() -> None:
     commit.set()
     await waiting
     assert answered == [(7, [StartAnswer(ref, StartVerdict.STARTED)])]
+
+
+async def test_a_task_submitted_to_an_idle_worker_is_leased_in_its_submit(live: Live) -> None:
+    """Decision 0010 through the real dispatch: the worker's free credit is the slot."""
+    from orbit_server.pulse.model import TaskSpec
+
+    async with live.connect() as ws:
+        await hello(ws, capacity=2)
+        await submit(live)  # creates the queue; claimed as usual
+        [first] = await deliveries(ws, 1)
+        submitted = await live.node.tasks.submit(SCOPE, TaskSpec(queue="emails", type="send"))
+        assert submitted.task.state == "leased"
+        [second] = await deliveries(ws, 1)
+        assert second["task_id"] == submitted.task.id and second["attempt"] == 1
+        third = await live.node.tasks.submit(SCOPE, TaskSpec(queue="emails", type="send"))
+        assert third.task.state == "pending"  # no credit left: it waits for a claim
+        for n, d in enumerate((first, second), start=1):
+            await send(ws, {"type": "start", "id": n, "items": [ref(d)]})
+            await send(ws, {"type": "result", "id": 10 + n,
+                            "items": [{**ref(d), "outcome": "succeeded"}]})  # fmt: skip
+        await send(ws, {"type": "credit", "n": 2})
+        [third_delivery] = await deliveries_among(ws, 1)
+        assert third_delivery["task_id"] == third.task.id
+
+
+async def deliveries_among(ws: Any, count: int) -> list[dict[str, Any]]:
+    """The next ``count`` delivered tasks, skipping answers that come between."""
+    found: list[dict[str, Any]] = []
+    while len(found) < count:
+        frame = await recv(ws)
+        if frame["type"] == "tasks":
+            found += frame["items"]
+    return found

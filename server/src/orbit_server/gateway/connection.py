@@ -99,6 +99,14 @@ class Connection:
             if h.queue == queue
         ]
 
+    def takes(self, queue: str, type_: str, version: str | None) -> bool:
+        return any(
+            h.queue == queue
+            and h.type == type_
+            and (version is None or not h.versions or version in h.versions)
+            for h in self._handlers
+        )
+
     def deliver(self, leases: list[Lease]) -> bool:
         if self.closed.is_set():
             return False

@@ -17,7 +17,7 @@ import structlog
 from orbit_server.errors import Unavailable
 from orbit_server.observability.metrics import Metrics
 from orbit_server.pulse.watch import TaskWatch
-from orbit_server.pulse.worker import ClaimRequest, Lease, Session, Want, WorkerService
+from orbit_server.pulse.worker import ClaimRequest, Lease, LeaseRef, Session, Want, WorkerService
 from orbit_server.scope import Scope
 
 log = structlog.get_logger("orbit.dispatch")
@@ -38,6 +38,10 @@ class Receiver(Protocol):
     def queues(self) -> Sequence[str]: ...
 
     def wants(self, queue: str, free: int) -> list[Want]: ...
+
+    def takes(self, queue: str, type_: str, version: str | None) -> bool:
+        """Whether a handler of the connection runs tasks of this queue, type and version."""
+        ...
 
     def deliver(self, leases: list[Lease]) -> bool:
         """Queue the leases for sending; False when the connection is gone."""
@@ -64,6 +68,7 @@ class Dispatcher:
         self._inflight = 0  # leases of this node's connections not yet reported
         self._stopped = False
         self.changed = asyncio.Event()  # set whenever attempts settle or a connection ends
+        self._background: set[asyncio.Task[None]] = set()
 
     # -- connections --------------------------------------------------------------------------
 
@@ -85,6 +90,24 @@ class Dispatcher:
                 self._receivers.pop(key, None)
                 self._watch.notify_queue(*key)  # the loop sees no receivers and ends
 
+    def reserve(
+        self, scope: Scope, queue: str, type_: str, version: str | None
+    ) -> _Reservation | None:
+        """A free slot of a connection for one task submitted on this node (decision 0010):
+        its credit and the node's lease budget are taken until it is delivered or given back."""
+        if self._stopped or self._inflight >= self._max_leases:
+            return None
+        for receiver in self._receivers.get((scope, queue), ()):
+            if (
+                receiver.credits > 0
+                and not receiver.draining
+                and receiver.takes(queue, type_, version)
+            ):
+                receiver.credits -= 1
+                self._inflight += 1
+                return _Reservation(self, receiver)
+        return None
+
     def wake(self, scope: Scope, queue: str) -> None:
         self._watch.notify_queue(scope, queue)
 
@@ -93,6 +116,15 @@ class Dispatcher:
         count adds attempts that continue from an earlier connection."""
         self._inflight = max(0, self._inflight - count)
         self.changed.set()
+
+    async def release(self, refs: list[LeaseRef]) -> None:
+        with contextlib.suppress(Exception):
+            await self._workers.release(refs)
+
+    def keep(self, task: asyncio.Task[None]) -> None:
+        """Hold a reference to a background task until it ends."""
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     @property
     def inflight(self) -> int:
@@ -223,6 +255,29 @@ class Dispatcher:
                 with contextlib.suppress(Exception):
                     await self._workers.release([lease.ref for lease in leases])
         return True
+
+
+class _Reservation:
+    """One slot of a connection, taken for a task leased as it is submitted."""
+
+    def __init__(self, dispatcher: Dispatcher, receiver: Receiver) -> None:
+        self._dispatcher = dispatcher
+        self._receiver = receiver
+        self.session = receiver.session
+
+    def deliver(self, lease: Lease) -> None:
+        if not self._receiver.deliver([lease]):
+            # The connection went away meanwhile: the lease is given back now rather than
+            # left to run out.
+            self._dispatcher.settled(1)
+            task = asyncio.get_running_loop().create_task(
+                self._dispatcher.release([lease.ref]), name="release-direct"
+            )
+            self._dispatcher.keep(task)
+
+    def give_back(self) -> None:
+        self._receiver.credits += 1
+        self._dispatcher.settled(1)
 
 
 async def _first(*events: asyncio.Event) -> None:

@@ -53,6 +53,7 @@ class Gateway:
         with contextlib.suppress(Unavailable):
             await self._node.sessions.close_all_of_node()
         self._touching = asyncio.create_task(self._touch_loop(), name="worker-sessions")
+        self._node.tasks.direct = self.dispatcher  # single submits may go to an idle worker
 
     def _push_cancel(self, task_id: str, reason: str | None) -> None:
         """A cancel committed on this node reaches a local worker at once (others learn it
@@ -79,6 +80,7 @@ class Gateway:
         """Stop claiming, tell every worker to drain, wait for in-flight work up to the grace
         period, then close the connections (1001)."""
         self._draining = True
+        self._node.tasks.direct = None
         await self.dispatcher.stop()
         grace_ms = self._node.settings.drain_grace_ms
         for conn in list(self._connections):

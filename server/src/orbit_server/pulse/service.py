@@ -8,6 +8,7 @@ claim range and result events in the same transaction as the state change.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from orbit_server.audit import Actor, AuditWriter
 from orbit_server.clock import Clock
 from orbit_server.errors import IdempotencyConflict, NotFound, QueueFull, StateConflict
 from orbit_server.ids import new_id
+from orbit_server.pulse.direct import DirectDispatch, Reservation
 from orbit_server.pulse.effects import (
     admit_key,
     admit_keys,
@@ -28,6 +30,7 @@ from orbit_server.pulse.effects import (
 from orbit_server.pulse.model import TaskSpec, new_task
 from orbit_server.pulse.states import HOLDS_PERMITS, Event, IllegalTransition, TaskState, decide
 from orbit_server.pulse.watch import TaskWatch
+from orbit_server.pulse.worker import Lease, LeaseRef
 from orbit_server.scope import Scope
 from orbit_server.store import Database, DuplicateKey, Tx
 from orbit_server.store import leases as lstore
@@ -69,12 +72,17 @@ class TaskService:
         watch: TaskWatch,
         *,
         default_timeout_ms: int,
+        lease_ms: int | None = None,
     ) -> None:
         self._db = db
         self._clock = clock
         self._audit = audit
         self._watch = watch
         self._default_timeout_ms = default_timeout_ms
+        self._lease = None if lease_ms is None else timedelta(milliseconds=lease_ms)
+        # The node's dispatch, when it has workers connected: single submits may then be
+        # leased to an idle one in their own transaction (decision 0010).
+        self.direct: DirectDispatch | None = None
 
     # -- submit -------------------------------------------------------------------------------
 
@@ -95,6 +103,13 @@ class TaskService:
             for spec in specs
         ]
 
+        reservation = self._reserve(scope, tasks, now)
+        if reservation is not None:
+            leased = await self._submit_leased(scope, tasks[0], reservation, now)
+            if leased is not None:
+                self._watch.notify(leased.id)
+                return [Submitted(leased, created=True)]
+
         async def unit(tx: Tx) -> list[Submitted]:
             return await self._submit_unit(tx, scope, tasks, now)
 
@@ -105,6 +120,57 @@ class TaskService:
             if item.created:
                 self._watch.notify(item.task.id)
         return submitted
+
+    def _reserve(
+        self, scope: Scope, tasks: Sequence[TaskRecord], now: datetime
+    ) -> Reservation | None:
+        """A free slot of a local worker for a lone task that may skip the claim range."""
+        if self.direct is None or self._lease is None or len(tasks) != 1:
+            return None
+        task = tasks[0]
+        if (
+            task.state != TaskState.PENDING
+            or task.run_at > now
+            or task.concurrency_key is not None
+            or task.gate_id is not None
+            or task.idempotency_key is not None
+        ):
+            return None
+        return self.direct.reserve(scope, task.queue, task.type, task.handler_version)
+
+    async def _submit_leased(
+        self, scope: Scope, task: TaskRecord, reservation: Reservation, now: datetime
+    ) -> TaskRecord | None:
+        """Submit ``task`` leased to the reserved worker, in one transaction, and send it; None
+        (the slot given back) when its queue does not allow that now (decision 0010)."""
+        assert self._lease is not None
+        session = reservation.session
+        leased = dataclasses.replace(
+            task, state=str(TaskState.LEASED), lease_epoch=1, lease_token=new_id("lse_"),
+            lease_expires_at=now + self._lease, session_id=session.session_id,
+            node=session.node, worker_id=session.worker_id,
+        )  # fmt: skip
+        decide(TaskState.PENDING, Event.CLAIM)
+
+        async def unit(tx: Tx) -> bool:
+            await store.task_insert_leased(tx, leased)
+            await lstore.attempts_insert(tx, [leased], now)
+            if await store.queue_take_direct(tx, scope, task.queue, task.type, now):
+                return True
+            raise _NotDirect()  # roll back: the ordinary path runs instead
+
+        try:
+            await self._db.run(unit)
+        except _NotDirect:
+            reservation.give_back()
+            return None
+        except BaseException:
+            reservation.give_back()
+            raise
+        assert leased.lease_token is not None and leased.lease_expires_at is not None
+        reservation.deliver(Lease(LeaseRef(leased.id, 1, leased.lease_token), leased,
+                                  leased.lease_expires_at))  # fmt: skip
+        return leased
 
     async def _submit_unit(
         self, tx: Tx, scope: Scope, tasks: list[TaskRecord], now: datetime
@@ -519,3 +585,7 @@ class QueueService:
             return await self._view(tx, updated)
 
         return await self._db.run(unit)
+
+
+class _NotDirect(Exception):
+    """The queue does not allow a direct lease now: roll back and submit as usual."""

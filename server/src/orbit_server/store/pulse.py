@@ -268,9 +268,17 @@ async def queue_add_pending_within(
     return changed > 0
 
 
-async def queue_take_active_within(
-    tx: Tx, scope: Scope, name: str, n: int, now: datetime
-) -> bool:
+async def queue_take_direct(tx: Tx, scope: Scope, name: str, type_: str, now: datetime) -> bool:
+    """Count a task leased as it was submitted, if its queue allows that now (decision 0010):
+    open, no concurrency limit, nothing of its type waiting in the claim range."""
+    changed = await tx.execute(
+        "queue_take_direct",
+        {**_scope_params(scope), "name": name, "type": type_, "now": now},
+    )
+    return changed > 0
+
+
+async def queue_take_active_within(tx: Tx, scope: Scope, name: str, n: int, now: datetime) -> bool:
     """Count ``n`` claimed tasks (waiting → active) if the queue is not paused and its
     concurrency limit has room for them; False (nothing changed) otherwise."""
     changed = await tx.execute(
@@ -374,6 +382,21 @@ def task_insert_params(task: TaskRecord) -> dict[str, Any]:
 async def task_insert(tx: Tx, task: TaskRecord) -> None:
     """Insert a new task; DuplicateKey when its idempotency key is taken."""
     await tx.execute("task_insert", task_insert_params(task))
+
+
+async def task_insert_leased(tx: Tx, task: TaskRecord) -> None:
+    """Insert a task already leased (its lease fields set): direct dispatch, decision 0010."""
+    await tx.execute(
+        "task_insert_leased",
+        {
+            **task_insert_params(task),
+            "lease_token": task.lease_token,
+            "lease_expires_at": task.lease_expires_at,
+            "session_id": task.session_id,
+            "node": task.node,
+            "worker_id": task.worker_id,
+        },
+    )
 
 
 async def tasks_insert_many(tx: Tx, tasks: Sequence[TaskRecord]) -> None:

@@ -40,6 +40,17 @@ UPDATE queues SET pending = pending - :n, active = active + :n, updated_at = :no
  WHERE tenant = :tenant AND environment = :environment AND name = :name AND paused = 0
    AND (concurrency_limit IS NULL OR active + :n <= concurrency_limit)
 
+-- name: queue_take_direct
+-- A task leased as it is submitted counts as active — only if the queue is open, has no
+-- concurrency limit and nothing of the task's type waits in its claim range (it overtakes
+-- nobody); 0 rows changed sends the submit down the ordinary path.
+UPDATE queues SET active = active + 1, updated_at = :now
+ WHERE tenant = :tenant AND environment = :environment AND name = :name AND paused = 0
+   AND concurrency_limit IS NULL
+   AND NOT EXISTS (SELECT 1 FROM task_ready r
+                    WHERE r.tenant = :tenant AND r.environment = :environment
+                      AND r.queue = :name AND r.type = :type)
+
 -- name: queue_state_counts
 SELECT state, COUNT(*) AS n FROM tasks
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue
@@ -61,6 +72,22 @@ VALUES (:id, :tenant, :environment, :queue, :type, :state, :params, :priority, :
         :timeout_ms, :idempotency_key, :request_hash, :concurrency_key, :fairness_key,
         :side_effect, :handler_version, :labels, :owner_kind, :owner_id, :owner_step,
         :gate_id, :traceparent, NULL, NULL, 0, NULL, 0, :created_at, :created_at, NULL)
+
+-- name: task_insert_leased
+-- A task leased as it is submitted (direct dispatch, decision 0010): attempt 1 of a session.
+INSERT INTO tasks (id, tenant, environment, queue, type, state, params, priority, run_at,
+                   attempts, max_attempts, initial_backoff_ms, backoff_multiplier, max_backoff_ms,
+                   timeout_ms, idempotency_key, request_hash, concurrency_key, fairness_key,
+                   side_effect, handler_version, labels, owner_kind, owner_id, owner_step,
+                   gate_id, traceparent, result, error, cancel_requested, cancel_reason,
+                   lease_epoch, lease_token, lease_expires_at, session_id, node, worker_id,
+                   created_at, updated_at, finished_at)
+VALUES (:id, :tenant, :environment, :queue, :type, 'leased', :params, :priority, :run_at,
+        0, :max_attempts, :initial_backoff_ms, :backoff_multiplier, :max_backoff_ms,
+        :timeout_ms, :idempotency_key, :request_hash, :concurrency_key, :fairness_key,
+        :side_effect, :handler_version, :labels, :owner_kind, :owner_id, :owner_step,
+        :gate_id, :traceparent, NULL, NULL, 0, NULL, 1, :lease_token, :lease_expires_at,
+        :session_id, :node, :worker_id, :created_at, :created_at, NULL)
 
 -- name: task_get
 SELECT * FROM tasks WHERE id = :id AND tenant = :tenant AND environment = :environment
