@@ -225,7 +225,8 @@ class Connection:
         # Eager starts wait briefly for their results (decision 0008); the request is
         # answered once all its items are recorded.
         answers: list[StartAnswer | None] = [None] * len(refs)
-        others = [i for i in range(len(refs)) if i not in set(eager)]
+        held = set(eager)
+        others = [i for i in range(len(refs)) if i not in held]
         if others:
             got = await self._batches.starts.submit([refs[i] for i in others])
             for i, answer in zip(others, got, strict=True):

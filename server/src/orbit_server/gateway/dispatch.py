@@ -118,8 +118,11 @@ class Dispatcher:
         self.changed.set()
 
     async def release(self, refs: list[LeaseRef]) -> None:
-        with contextlib.suppress(Exception):
+        """Give leases back that could not be sent (their lease would run out otherwise)."""
+        try:
             await self._workers.release(refs)
+        except Exception as exc:  # they run out instead
+            log.warning("leases not given back", count=len(refs), reason=str(exc))
 
     def keep(self, task: asyncio.Task[None]) -> None:
         """Hold a reference to a background task until it ends."""
@@ -145,14 +148,17 @@ class Dispatcher:
     async def _run(self, key: QueueKey) -> None:
         event = self._watch.queue_event(*key)
         interval = POLL_MIN_S
-        claims: set[asyncio.Task[bool]] = set()
+        claims: set[asyncio.Task[bool | None]] = set()
 
-        def claimed(task: asyncio.Task[bool]) -> None:
+        def claimed(task: asyncio.Task[bool | None]) -> None:
             claims.discard(task)
-            if not task.cancelled() and task.exception() is None and task.result():
+            if task.cancelled() or task.exception() is not None:
+                return
+            if task.result():
                 event.set()  # it found work: look for more at once
-            else:
-                lanes_free.set()
+            elif task.result() is False:
+                lanes_free.set()  # nothing there: the lane is free for the next look
+            # None: the claim failed; the loop looks again after its (growing) poll interval
 
         lanes_free = asyncio.Event()
         try:
@@ -223,9 +229,9 @@ class Dispatcher:
             takes.append((receiver, take))
         return takes
 
-    async def _claim(self, key: QueueKey, takes: list[tuple[Receiver, int]]) -> bool:
+    async def _claim(self, key: QueueKey, takes: list[tuple[Receiver, int]]) -> bool | None:
         """One claim for the reserved credits, and the sending of what it leased; True if
-        anything was leased. Never raises: a failed claim gives its credits back."""
+        anything was leased, None if the claim failed (its credits are given back)."""
         scope, queue = key
         started = time.perf_counter()
         results: list[list[Lease]] = [[] for _ in takes]
@@ -236,10 +242,10 @@ class Dispatcher:
             )
         except Unavailable as exc:
             log.warning("claim skipped: database unavailable", reason=exc.message)
-            return False
+            return None
         except Exception:
             log.exception("claim failed", queue=queue)
-            return False
+            return None
         finally:
             for (receiver, take), leases in zip(takes, results, strict=True):
                 receiver.credits += take - len(leases)

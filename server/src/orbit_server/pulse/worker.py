@@ -215,9 +215,8 @@ class WorkerService:
                 break
             # One statement: the queue, and which types have work at all and over how many
             # fairness keys, so a type with nothing ready costs no claim of its own. A plain
-            # read: the queue's row is locked only under a concurrency limit, and then after
-            # the permit rows (in _choose) — every result of the queue writes that row last,
-            # and a claim holding it from its start would make them all wait (decision 0006).
+            # read: the queue's row is written only by the claim's last statement, which
+            # checks a concurrency limit as it counts (decisions 0006, 0009).
             listed = list(of_queue)
             queue, spans = await lstore.claim_outlook(
                 tx, scope, queue_name, [w.type for w in listed]
@@ -253,7 +252,7 @@ class WorkerService:
         *,
         one_key: bool,
     ) -> list[Lease]:
-        if queue.concurrency_limit is not None:  # a first look; _choose decides under the lock
+        if queue.concurrency_limit is not None:  # a first look; the count at the end decides
             take = min(take, queue.concurrency_limit - queue.active)
             if take <= 0:
                 return []
@@ -264,7 +263,7 @@ class WorkerService:
         scan = min(take, DEEP_SCAN)
         while True:
             candidates = await self._fair_candidates(tx, scope, want, scan, one_key=one_key)
-            chosen, take = await self._choose(tx, scope, want, queue, candidates, take, now)
+            chosen = await self._choose(tx, scope, want, queue, candidates, take, now)
             if len(chosen) >= take or len(candidates) < scan or scan >= DEEP_SCAN:
                 break
             scan = DEEP_SCAN
@@ -316,7 +315,7 @@ class WorkerService:
         candidates: list[Candidate],
         take: int,
         now: datetime,
-    ) -> tuple[list[Candidate], int]:
+    ) -> list[Candidate]:
         """The candidates this claim may lease: open gate, key permits, at most ``take`` (the
         versions were filtered by the candidates' query; the queue's limit is checked when
         the claim counts them, in ``_count_claimed``)."""
@@ -335,7 +334,7 @@ class WorkerService:
                     continue
                 taken_per_key[key] += 1
             chosen.append(candidate)
-        return chosen, take
+        return chosen
 
     async def _fair_candidates(
         self, tx: Tx, scope: Scope, want: Want, scan: int, *, one_key: bool
