@@ -133,12 +133,12 @@ async def run_claim_benchmark(
     facts: dict[str, Any] = {}
     with Databases(url) as dbs:
         for backlog in backlogs:
-            # A given server's database is used as it is; the private one gets one per run.
-            run_url = url if url is not None else dbs.fresh(f"bench_{backlog}")
+            # An empty database per run, on the private server or beside the given one.
+            run_url = await dbs.fresh_async(f"bench_{backlog}")
             result, facts = await run_one(run_url, backlog, measure, batch)
             results.append(result)
             print(json.dumps(asdict(result)), flush=True)
-            dbs.drop(f"bench_{backlog}")
+            await dbs.drop_async(f"bench_{backlog}")
     path = write_report(out, results, facts, measure=measure, batch=batch)
     print(f"report: {path}")
     return 0

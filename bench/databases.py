@@ -75,6 +75,22 @@ class Databases:
         self._harness.drop_database(name)
         return str(self._harness.create_database(name))
 
+    async def fresh_async(self, name: str) -> str:
+        """``fresh`` for a caller inside an event loop."""
+        if self._harness is None:
+            assert self.url is not None
+            self._made.append(name)
+            return await fresh_database(self.url, name)
+        return self.fresh(name)
+
+    async def drop_async(self, name: str) -> None:
+        """``drop`` for a caller inside an event loop, for either kind of server."""
+        if self._harness is None and self.url is not None and name in self._made:
+            self._made.remove(name)
+            await _on_server(self.url, f"DROP DATABASE IF EXISTS `{_sibling(self.url, name)[0]}`")
+        else:
+            self.drop(name)
+
     def drop(self, name: str) -> None:
         """Remove a run's database from the private server at once."""
         if self._harness is not None:
