@@ -1,0 +1,100 @@
+"""What the worker side of Pulse trades in: who holds leases, what they want, the leases,
+and the verdicts on their starts, renewals and results (values only; ``worker.py`` has the
+service that makes them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from orbit_server.pulse.states import Event
+from orbit_server.store.pulse import TaskRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """Who holds leases: a worker connection on a node."""
+
+    session_id: str
+    node: str
+    worker_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Want:
+    """Free capacity of a session for one (queue, type); ``versions`` empty = any version."""
+
+    queue: str
+    type: str
+    free: int
+    versions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """One session's share of a node's claim: its wants and how many it may take."""
+
+    session: Session
+    wants: tuple[Want, ...]
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRef:
+    task_id: str
+    attempt: int
+    lease_token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    ref: LeaseRef
+    task: TaskRecord
+    expires_at: datetime
+
+
+class StartVerdict(StrEnum):
+    STARTED = "started"
+    DENIED_GATE = "denied_gate"  # the task's gate closed after the claim: back to pending
+    STALE = "stale"  # the lease no longer holds (cancelled, expired, re-claimed)
+
+
+class RenewVerdict(StrEnum):
+    RENEWED = "renewed"
+    CANCEL_REQUESTED = "cancel_requested"  # renewed, and the worker should stop cooperatively
+    STALE = "stale"
+
+
+class Outcome(StrEnum):
+    ACCEPTED = "accepted"
+    ALREADY = "already"  # a resend of a result this attempt already reported: acknowledge
+    STALE = "stale"
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """A worker's result for one attempt: ``event`` COMPLETE or CANCELLED_BY_WORKER, or None
+    for a failure (``error``, ``retryable``)."""
+
+    ref: LeaseRef
+    event: Event | None
+    result: Any = None
+    error: dict[str, Any] | None = None
+    retryable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class StartAnswer:
+    ref: LeaseRef
+    verdict: StartVerdict
+    expires_at: datetime | None = None  # when STARTED: the lease's end and the attempt's deadline
+    deadline_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    ref: LeaseRef
+    verdict: RenewVerdict
+    expires_at: datetime | None
