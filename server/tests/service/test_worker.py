@@ -269,6 +269,24 @@ async def test_fairness_rotates_between_keys(node: Node) -> None:
     assert b_ids <= claimed
 
 
+async def test_a_fairness_key_met_outside_the_remembered_set_gets_its_share_next(
+    node: Node,
+) -> None:
+    """A type's whole set of fairness keys is remembered between claims (for up to
+    ``FAIRNESS_KEY_SET_S``); a claim that meets a task of a key outside it reads the set anew,
+    so the next claim shares between the keys that have work now."""
+    await submit(node, 3, fairness_key="a")
+    await submit(node, 3, fairness_key="b")
+    first = await claim(node, free=4)  # reads and remembers {a, b}
+    assert sorted(lease.task.fairness_key or "" for lease in first) == ["a", "a", "b", "b"]
+    await submit(node, 6, fairness_key="c")
+    second = await claim(node, free=4)  # a and b have one left each; the rest comes from c
+    assert sorted(lease.task.fairness_key or "" for lease in second) == ["a", "b", "c", "c"]
+    await submit(node, 6, fairness_key="d")  # behind c in claim order
+    third = await claim(node, free=4)
+    assert sorted(lease.task.fairness_key or "" for lease in third) == ["c", "c", "d", "d"]
+
+
 @pytest.mark.covers("gate_create", "gate_set", "gate_get", "gates_open")
 async def test_a_closed_gate_stops_claims_and_starts(node: Node) -> None:
     gate = await node.gates.create(SCOPE)

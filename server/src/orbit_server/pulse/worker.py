@@ -8,9 +8,11 @@ event, all in the transaction that changes the state.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 import math
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -67,6 +69,7 @@ __all__ = [
 ]
 
 FAIRNESS_KEYS_PER_CLAIM = 64
+FAIRNESS_KEY_SET_S = 1.0  # how long a type's whole set of fairness keys is reused
 DEEP_SCAN = 2000  # most ready rows one claim reads
 
 
@@ -112,6 +115,8 @@ class WorkerService:
         self._watch = watch
         self._lease = timedelta(milliseconds=lease_ms)
         self._rotation: dict[tuple[Scope, str, str], str] = {}
+        # (scope, queue, type) → its whole set of fairness keys with ready work, and when read
+        self._key_sets: dict[tuple[Scope, str, str], tuple[list[str], float]] = {}
 
     # -- claim --------------------------------------------------------------------------------
 
@@ -286,13 +291,8 @@ class WorkerService:
                 tx, scope, want.queue, want.type, limit=scan, versions=want.versions
             )
         rotation = (scope, want.queue, want.type)
-        keys = await lstore.ready_fairness_keys(
-            tx,
-            scope,
-            want.queue,
-            want.type,
-            limit=min(FAIRNESS_KEYS_PER_CLAIM, max(scan, 2)),
-            start_after=self._rotation.get(rotation),
+        keys = await self._fairness_keys(
+            tx, scope, want, limit=min(FAIRNESS_KEYS_PER_CLAIM, max(scan, 2))
         )
         if keys:
             # The next claim starts after the last key this one reached: rotation across more
@@ -317,10 +317,13 @@ class WorkerService:
         ):
             picked[c.task_id] = c
         if len(picked) < scan:
+            known = set(keys)
             for c in await lstore.ready_candidates(
                 tx, scope, want.queue, want.type, limit=scan, versions=want.versions
             ):
                 picked.setdefault(c.task_id, c)
+                if c.fairness_key not in known:  # a key the remembered set lacks: read it anew
+                    self._key_sets.pop(rotation, None)
         # Interleave keys so the first ``take`` rows alternate between them; within each round
         # the keys go by their next task's claim order, so priority still counts across keys.
         per_key: dict[str, list[Candidate]] = defaultdict(list)
@@ -334,6 +337,31 @@ class WorkerService:
                 if not per_key[head.fairness_key]:
                     del per_key[head.fairness_key]
         return ordered
+
+    async def _fairness_keys(self, tx: Tx, scope: Scope, want: Want, *, limit: int) -> list[str]:
+        """Up to ``limit`` fairness keys with ready work, in key order after the rotation
+        point (wrapping around). Reading them costs an index seek per key; when a read finds
+        the type's whole set (fewer than ``limit``), the set is reused for up to
+        ``FAIRNESS_KEY_SET_S`` — a key that appears meanwhile is served in plain claim order
+        until then, or read at once when a claim meets one of its tasks."""
+        rotation = (scope, want.queue, want.type)
+        after = self._rotation.get(rotation)
+        remembered = self._key_sets.get(rotation)
+        now = time.monotonic()
+        if remembered is not None and now - remembered[1] < FAIRNESS_KEY_SET_S:
+            known = remembered[0]
+            at = 0 if after is None else bisect.bisect_right(known, after)
+            return (known[at:] + known[:at])[:limit]
+        keys = await lstore.ready_fairness_keys(
+            tx, scope, want.queue, want.type, limit=limit, start_after=after
+        )
+        if len(keys) < limit:  # the walk went round: this is every key with ready work
+            if len(self._key_sets) > 10_000:
+                self._key_sets.clear()
+            self._key_sets[rotation] = (sorted(keys), now)
+        else:
+            self._key_sets.pop(rotation, None)
+        return keys
 
     # -- start, renew -------------------------------------------------------------------------
 
