@@ -146,3 +146,32 @@ async def deliveries_among(ws: Any, count: int) -> list[dict[str, Any]]:
         if frame["type"] == "tasks":
             found += frame["items"]
     return found
+
+
+async def test_a_start_taken_by_a_result_that_failed_is_recorded_alone() -> None:
+    """The result's transaction did not commit (the database refused it): the start it took
+    is put back and recorded on its own, and the request is answered after that commit."""
+    from orbit_server.gateway.batch import Batcher
+    from orbit_server.gateway.starts import HeldStarts
+    from orbit_server.pulse.worker import LeaseRef, StartAnswer, StartVerdict
+
+    recorded: list[list[LeaseRef]] = []
+
+    async def record(refs: list[LeaseRef]) -> list[StartAnswer]:
+        recorded.append(refs)
+        return [StartAnswer(r, StartVerdict.STARTED) for r in refs]
+
+    answered: list[tuple[int, list[StartAnswer]]] = []
+    held = HeldStarts(
+        Batcher(record), lambda rid, a: answered.append((rid, a)), lambda rid, e: None, hold_s=60
+    )
+    first, second = LeaseRef("tsk_1", 1, "lse_1"), LeaseRef("tsk_2", 1, "lse_2")
+    held.hold(3, [first, second], [None, None], [0, 1])
+    taken = held.take(("tsk_1", 1))
+    assert taken is not None
+    held.put_back([taken])  # its frame is recorded now, not after the 60 s hold
+    await held.recorded([("tsk_1", 1), ("tsk_2", 1)])
+    assert recorded == [[first, second]]
+    assert answered == [
+        (3, [StartAnswer(first, StartVerdict.STARTED), StartAnswer(second, StartVerdict.STARTED)])
+    ]
