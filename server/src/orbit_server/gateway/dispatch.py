@@ -69,6 +69,7 @@ class Dispatcher:
         self._stopped = False
         self.changed = asyncio.Event()  # set whenever attempts settle or a connection ends
         self._background: set[asyncio.Task[None]] = set()
+        self._draining_backlog: set[QueueKey] = set()  # queues whose last claim was filled
 
     # -- connections --------------------------------------------------------------------------
 
@@ -211,10 +212,13 @@ class Dispatcher:
         ready = [r for r in found if r.credits > 0 and not r.draining]
         if not ready or self._inflight >= self._max_leases:
             return []
-        # A submit on this node said there is work: claim at once. Otherwise look first, one
-        # index seek, so that an idle poll costs no write transaction.
-        if not self._watch.take_work(scope, queue) and not await self._workers.has_ready(
-            scope, queue
+        # A submit on this node said there is work, or the last claim filled all it asked for
+        # (a backlog is draining): claim at once. Otherwise look first, one index seek, so that
+        # an idle poll costs no write transaction.
+        if (
+            not self._watch.take_work(scope, queue)
+            and key not in self._draining_backlog
+            and not await self._workers.has_ready(scope, queue)
         ):
             return []
         # Reserved before the claim, so that other claims see them taken while it runs; what
@@ -250,6 +254,10 @@ class Dispatcher:
             for (receiver, take), leases in zip(takes, results, strict=True):
                 receiver.credits += take - len(leases)
                 self._inflight -= take - len(leases)
+        if all(len(leases) == take for (_, take), leases in zip(takes, results, strict=True)):
+            self._draining_backlog.add(key)
+        else:
+            self._draining_backlog.discard(key)
         if not any(results):
             return False
         self._metrics.claim_seconds.observe(time.perf_counter() - started)
