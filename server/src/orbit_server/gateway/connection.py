@@ -19,6 +19,7 @@ from orbit_server.gateway.batch import NodeBatches
 from orbit_server.gateway.dispatch import Dispatcher
 from orbit_server.gateway.starts import Held, HeldStarts
 from orbit_server.observability.metrics import Metrics
+from orbit_server.pulse.leasing import starts_eagerly
 from orbit_server.pulse.states import Event
 from orbit_server.pulse.worker import (
     Lease,
@@ -113,7 +114,7 @@ class Connection:
         now = self._clock.now()
         for lease in leases:
             self.held[(lease.ref.task_id, lease.ref.attempt)] = lease.task.queue
-            if _eager(lease):
+            if starts_eagerly(lease.task):
                 self._eager.add((lease.ref.task_id, lease.ref.attempt))
             due = max(lease.task.created_at, lease.task.run_at)
             self._metrics.schedule_latency.observe(max(0.0, (now - due).total_seconds()))
@@ -134,7 +135,7 @@ class Connection:
                 max_attempts=lease.task.max_attempts,
                 labels=dict(lease.task.labels),
                 traceparent=lease.task.traceparent,
-                eager_start=_eager(lease),
+                eager_start=starts_eagerly(lease.task),
             )
             for lease in leases
         ]
@@ -195,14 +196,8 @@ class Connection:
             request_id = getattr(frame, "id", None)
             try:
                 answer = await self._answer(frame)
-            except Unavailable as exc:
-                answer = p.Error(
-                    code="unavailable", message=exc.message, re=request_id,
-                    retry_after_ms=RETRY_AFTER_MS,
-                )  # fmt: skip
-            except OrbitError as exc:  # it can never succeed: say so rather than close
-                log.warning("worker request refused", code=exc.code, reason=exc.message)
-                answer = p.Error(code="invalid_request", message=exc.message, re=request_id)
+            except OrbitError as exc:
+                answer = _refusal(exc, request_id)
             if answer is not None:
                 self.send(answer)
 
@@ -239,16 +234,16 @@ class Connection:
             self.send(self._started_frame(request_id, answers))
 
     def _start_failed(self, request_id: int, exc: Exception) -> None:
-        """Held starts could not be recorded: answer as ``answer_requests`` would have."""
-        if isinstance(exc, OrbitError) and not isinstance(exc, Unavailable):
-            error = p.Error(code="invalid_request", message=exc.message, re=request_id)
+        """Held starts could not be recorded: answer as ``answer_requests`` would have (an
+        error that is not Orbit's is logged, and the worker asked to retry)."""
+        if isinstance(exc, OrbitError):
+            error = _refusal(exc, request_id)
         else:
-            if not isinstance(exc, Unavailable):
-                log.error("recording eager starts failed", exc_info=exc)
-            message = exc.message if isinstance(exc, Unavailable) else "please retry"
+            log.error("recording eager starts failed", exc_info=exc)
             error = p.Error(
-                code="unavailable", message=message, re=request_id, retry_after_ms=RETRY_AFTER_MS
-            )
+                code="unavailable", message="please retry", re=request_id,
+                retry_after_ms=RETRY_AFTER_MS,
+            )  # fmt: skip
         with contextlib.suppress(SlowConsumer):
             self.send(error)
 
@@ -358,9 +353,15 @@ class ProtocolViolation(Exception):
     """A frame that breaks the protocol: the connection closes with 4400."""
 
 
-def _eager(lease: Lease) -> bool:
-    """Whether the attempt may run before its start is confirmed (decision 0007)."""
-    return lease.task.side_effect == "idempotent" and lease.task.gate_id is None
+def _refusal(exc: OrbitError, request_id: int | None) -> p.Error:
+    """The answer to a request that failed: ``unavailable`` (retry later) for a transient
+    failure, else ``invalid_request`` — it can never succeed, so say so rather than close."""
+    if isinstance(exc, Unavailable):
+        return p.Error(
+            code="unavailable", message=exc.message, re=request_id, retry_after_ms=RETRY_AFTER_MS
+        )
+    log.warning("worker request refused", code=exc.code, reason=exc.message)
+    return p.Error(code="invalid_request", message=exc.message, re=request_id)
 
 
 def _report(item: p.ResultItem) -> Report:

@@ -125,8 +125,9 @@ class Dispatcher:
         except Exception as exc:  # they run out instead
             log.warning("leases not given back", count=len(refs), reason=str(exc))
 
-    def keep(self, task: asyncio.Task[None]) -> None:
-        """Hold a reference to a background task until it ends."""
+    def release_soon(self, refs: list[LeaseRef]) -> None:
+        """``release`` from code that cannot wait for it (the task is kept until it ends)."""
+        task = asyncio.get_running_loop().create_task(self.release(refs), name="release")
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -266,8 +267,7 @@ class Dispatcher:
                 # The connection went away between claim and send: give the work back now
                 # instead of letting the leases run out.
                 self._inflight -= len(leases)
-                with contextlib.suppress(Exception):
-                    await self._workers.release([lease.ref for lease in leases])
+                await self.release([lease.ref for lease in leases])
         return True
 
 
@@ -284,10 +284,7 @@ class _Reservation:
             # The connection went away meanwhile: the lease is given back now rather than
             # left to run out.
             self._dispatcher.settled(1)
-            task = asyncio.get_running_loop().create_task(
-                self._dispatcher.release([lease.ref]), name="release-direct"
-            )
-            self._dispatcher.keep(task)
+            self._dispatcher.release_soon([lease.ref])
 
     def give_back(self) -> None:
         self._receiver.credits += 1

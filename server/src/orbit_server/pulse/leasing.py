@@ -10,6 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from orbit_server.pulse.states import Event
+from orbit_server.store.leases import LockedTask
 from orbit_server.store.pulse import TaskRecord
 
 
@@ -98,3 +99,9 @@ class Renewal:
     ref: LeaseRef
     verdict: RenewVerdict
     expires_at: datetime | None
+
+
+def starts_eagerly(task: TaskRecord | LockedTask) -> bool:
+    """Whether an attempt of ``task`` may run before its start is confirmed: nothing but a lost
+    lease can refuse the start of idempotent work without a gate (decisions 0007, 0008)."""
+    return task.side_effect == "idempotent" and task.gate_id is None

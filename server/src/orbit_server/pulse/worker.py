@@ -33,6 +33,7 @@ from orbit_server.pulse.leasing import (
     StartAnswer,
     StartVerdict,
     Want,
+    starts_eagerly,
 )
 from orbit_server.pulse.retry import RetryPolicy
 from orbit_server.pulse.states import (
@@ -98,9 +99,7 @@ def _starts_with(task: TaskRecord | lstore.LockedTask) -> bool:
     eager — idempotent, without a gate — so the worker ran it once it had sent the start, and
     the start is recorded first, or with the result when it was not yet (decisions 0007,
     0008)."""
-    return (
-        task.state == TaskState.LEASED and task.gate_id is None and task.side_effect == "idempotent"
-    )
+    return task.state == TaskState.LEASED and starts_eagerly(task)
 
 
 def _expired(task: TaskRecord | lstore.LockedTask, now: datetime) -> bool:
