@@ -10,7 +10,8 @@ import pytest
 
 from orbit_server.clock import FakeClock
 from orbit_server.pulse.service import QueueSettings
-from orbit_server.pulse.worker import DEEP_SCAN, StartVerdict
+from orbit_server.pulse.states import Event
+from orbit_server.pulse.worker import DEEP_SCAN, Outcome, Report, StartVerdict
 from orbit_server.runtime.node import Node
 from orbit_server.store import Tx
 from orbit_server.store import leases as lstore
@@ -176,3 +177,61 @@ async def test_permit_rows_of_idle_keys_are_pruned_and_come_back_when_needed(
     await submit(node, 2, concurrency_key="old")
     assert len(await claim(node)) == 1  # the recreated row still allows one at a time
     assert await node.db.read(permits) == 1
+
+
+@pytest.mark.covers("keys_admission")
+async def test_admission_reads_each_keys_permits_head_and_range_in_one_statement(
+    node: Node,
+) -> None:
+    """``keys_admission`` after a result: free permits, the next pending task behind an open
+    gate (or none), and the key's rows in the claim range."""
+    gate = await node.gates.create(SCOPE)
+    first = await submit(node, 1, concurrency_key="a")
+    await submit(node, 1, concurrency_key="a", gate_id=gate, priority=5)  # behind a closed gate
+    await node.gates.set_open(SCOPE, gate, open_=False)
+    later = await submit(node, 1, concurrency_key="a")
+    [solo] = await submit(node, 1, concurrency_key="b")
+
+    async def read(keys: list[str]) -> dict[str, lstore.KeyAdmission]:
+        return await node.db.read(lambda tx: lstore.keys_admission(tx, SCOPE, "emails", keys))
+
+    states = await read(["a", "b", "none"])
+    assert set(states) == {"a", "b"}  # a key without a permit row is left out
+    assert states["a"] == lstore.KeyAdmission(
+        free=1, head=first[0], admitted=1, admitted_first=first[0]
+    )
+    assert states["b"] == lstore.KeyAdmission(free=1, head=solo, admitted=1, admitted_first=solo)
+    leases = await claim(node, free=10)
+    assert {lease.task.id for lease in leases} == {first[0], solo}
+    states = await read(["a", "b"])
+    assert states["a"] == lstore.KeyAdmission(
+        free=0, head=later[0], admitted=0, admitted_first=None
+    )  # the gated task of higher priority is passed over while its gate is closed
+    assert states["b"] == lstore.KeyAdmission(free=0, head=None, admitted=0, admitted_first=None)
+
+
+async def test_results_of_one_batch_admit_each_keys_next_tasks(node: Node) -> None:
+    """Results of tasks of several keys in one transaction: each key gets its permit back and
+    admits its next tasks — the common way for a key with one free permit after it, the
+    general way for a key with more (several heads to read)."""
+    await node.queues.update(SCOPE, "emails", QueueSettings(key_concurrency=3), actor=ACTOR)
+    many = await submit(node, 6, concurrency_key="many")
+    one = await submit(node, 4, concurrency_key="one")
+    leases = await claim(node, free=4)  # many: 3 (all its permits), one: 1 of 3
+    assert sorted(lease.task.concurrency_key or "" for lease in leases) == [
+        "many", "many", "many", "one",
+    ]  # fmt: skip
+    assert await admitted(node, "many") == set()
+    assert await admitted(node, "one") == set(one[1:3])  # two permits still free
+    finished = [lease for lease in leases if lease.task.concurrency_key == "many"][:1]
+    finished += [lease for lease in leases if lease.task.concurrency_key == "one"]
+    for lease in finished:
+        assert await node.workers.start(lease.ref) == StartVerdict.STARTED
+    reports = [Report(lease.ref, Event.COMPLETE, result=None) for lease in finished]
+    assert await node.workers.report_many(reports) == [Outcome.ACCEPTED] * 2
+    assert await admitted(node, "many") == {many[3]}  # one permit came back
+    assert await admitted(node, "one") == set(one[1:4])  # all three free again
+    permits = await node.db.run(
+        lambda tx: lstore.key_permits_lock(tx, SCOPE, "emails", ["many", "one"], node.clock.now())
+    )
+    assert permits == {"many": 2, "one": 0}

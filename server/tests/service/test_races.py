@@ -5,14 +5,18 @@ lock waits, never by sleeping."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from orbit_server.audit import Actor
+from orbit_server.pulse.claims import Claims
 from orbit_server.pulse.model import TaskSpec
 from orbit_server.pulse.service import QueueSettings
-from orbit_server.pulse.worker import ClaimRequest, Session, StartVerdict, Want
+from orbit_server.pulse.worker import ClaimRequest, Lease, Session, StartVerdict, Want
 from orbit_server.runtime.node import Node
+from orbit_server.scope import Scope
 from orbit_server.store import Tx
 from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
@@ -95,10 +99,10 @@ async def test_key_exclusion_holds_against_concurrent_claims(node: Node) -> None
 
 @pytest.mark.parametrize("limit", ["queue", "key"])
 async def test_a_claim_waits_for_the_permits_of_a_claim_in_flight(node: Node, limit: str) -> None:
-    """Step by step: claim A has taken permits and not committed; claim B starts. Under a
-    queue limit, B waits on the queue row and after A commits sees A's permits taken. With
-    keys, B finds nothing at once: A holds each key's one admitted row (SKIP LOCKED passes over
-    them) and the keys' other tasks are outside the claim range (decision 0004)."""
+    """Step by step: claim A (another node's) has taken permits and not committed; claim B
+    starts. Under a queue limit, B waits on the queue row and after A commits sees A's permits
+    taken. With keys, B finds nothing at once: A holds each key's one admitted row (SKIP LOCKED
+    passes over them) and the keys' other tasks are outside the claim range (decision 0004)."""
     if limit == "queue":
         await node.queues.update(SCOPE, "q", QueueSettings(concurrency_limit=2), actor=ACTOR)
         await submit(node, 10)
@@ -107,10 +111,11 @@ async def test_a_claim_waits_for_the_permits_of_a_claim_in_flight(node: Node, li
         await submit(node, 5, concurrency_key="user-2")
     first, second = sessions(2)
     holding, release = asyncio.Event(), asyncio.Event()
+    other_node = Claims(node.db, node.clock, lease=timedelta(minutes=1))
 
     async def claim_and_hold(tx: Tx) -> int:
         request = ClaimRequest(first, (Want("q", "t", 10),), 10)
-        leases = await node.workers._claim_for(tx, SCOPE, request, node.clock.now())
+        leases = await other_node._claim_for(tx, SCOPE, request, node.clock.now(), {})
         holding.set()
         await release.wait()
         return len(leases)
@@ -126,6 +131,48 @@ async def test_a_claim_waits_for_the_permits_of_a_claim_in_flight(node: Node, li
     assert await a == 2 and await b == []
     q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
     assert q is not None and (q.active, q.pending) == (2, 8)
+
+
+async def test_a_claim_plans_without_the_room_a_claim_of_its_node_is_taking(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On one node, a claim under a queue limit leaves the room that a claim of the same node
+    in flight is about to count: it asks for the rest only, so its count (which waits for the
+    first claim's queue row) finds the room there and the claim is not run again."""
+    await node.queues.update(SCOPE, "q", QueueSettings(concurrency_limit=3), actor=ACTOR)
+    await submit(node, 10)
+    first, second = sessions(2)
+    holding, release = asyncio.Event(), asyncio.Event()
+    claims = node.workers._claims
+    held: dict[tuple[Scope, str], int] = {}
+    asked: list[int] = []
+    claim_one = claims._claim_one
+
+    async def record(*args: Any, **kwargs: Any) -> list[Lease]:
+        asked.append(args[5])  # take
+        return await claim_one(*args, **kwargs)
+
+    monkeypatch.setattr(claims, "_claim_one", record)
+
+    async def claim_and_hold(tx: Tx) -> int:
+        request = ClaimRequest(first, (Want("q", "t", 2),), 2)
+        leases = await claims._claim_for(tx, SCOPE, request, node.clock.now(), held)
+        holding.set()
+        await release.wait()
+        return len(leases)
+
+    a = asyncio.create_task(node.db.run(claim_and_hold))
+    await holding.wait()
+    assert held == {(SCOPE, "q"): 2}
+    b = asyncio.create_task(node.workers.claim(SCOPE, second, [Want("q", "t", 10)], limit=10))
+    await wait_for_lock_waiters(node.db, 1)  # B's count waits for A's queue row
+    release.set()
+    assert await a == 2
+    claims._give_room_back(held)
+    assert len(await b) == 1
+    assert asked == [2, 1]  # B planned with the room A was taking, once
+    q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
+    assert q is not None and (q.active, q.pending) == (3, 7)
 
 
 async def test_once_a_gate_close_commits_no_claim_or_start_succeeds(node: Node) -> None:

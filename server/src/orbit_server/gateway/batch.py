@@ -17,7 +17,7 @@ I = TypeVar("I")  # noqa: E741
 O = TypeVar("O")  # noqa: E741
 
 MAX_ITEMS = 500  # most items in one transaction
-LANES = 2  # transactions of one batcher in flight at once: one gathers while the other commits
+LANES = 3  # transactions of one batcher in flight at once: one gathers while the other commits
 
 
 class Batcher(Generic[I, O]):

@@ -23,7 +23,7 @@ from orbit_server.scope import Scope
 log = structlog.get_logger("orbit.dispatch")
 
 POLL_MIN_S = 0.01
-CLAIM_LANES = 2  # claims of one queue in flight at once on a node
+CLAIM_LANES = 3  # claims of one queue in flight at once on a node
 QueueKey = tuple[Scope, str]
 
 
@@ -151,29 +151,32 @@ class Dispatcher:
         event = self._watch.queue_event(*key)
         interval = POLL_MIN_S
         claims: set[asyncio.Task[bool | None]] = set()
+        lane_done = asyncio.Event()
 
         def claimed(task: asyncio.Task[bool | None]) -> None:
             claims.discard(task)
-            if task.cancelled() or task.exception() is not None:
-                return
-            if task.result():
+            lane_done.set()
+            if not task.cancelled() and task.exception() is None and task.result():
                 event.set()  # it found work: look for more at once
-            elif task.result() is False:
-                lanes_free.set()  # nothing there: the lane is free for the next look
-            # None: the claim failed; the loop looks again after its (growing) poll interval
+            # False (nothing leased) or None (the claim failed): the next look waits for a
+            # change (a submit, a result, credits) or the poll, never a hot loop when ready
+            # rows are there but cannot be taken (a queue at its limit, other versions).
 
-        lanes_free = asyncio.Event()
         try:
             while self._receivers.get(key) and not self._stopped:
+                if len(claims) >= CLAIM_LANES:
+                    # Every lane is busy: wait for one to end; a change meanwhile stays set in
+                    # ``event`` and the look after it sees it.
+                    lane_done.clear()
+                    await lane_done.wait()
+                    continue
                 event.clear()
-                lanes_free.clear()
                 takes: list[tuple[Receiver, int]] = []
-                if len(claims) < CLAIM_LANES:
-                    try:
-                        takes = await self._reserve(key)
-                    except Unavailable as exc:
-                        log.warning("claim skipped: database unavailable", reason=exc.message)
-                        interval = self._poll_max_s
+                try:
+                    takes = await self._reserve(key)
+                except Unavailable as exc:
+                    log.warning("claim skipped: database unavailable", reason=exc.message)
+                    interval = self._poll_max_s
                 if takes:
                     # Run the claim beside the loop: while it commits, another connection's
                     # credits can be claimed in a second transaction (SKIP LOCKED keeps them
@@ -185,7 +188,7 @@ class Dispatcher:
                     continue
                 try:
                     async with asyncio.timeout(interval):
-                        await _first(event, lanes_free) if claims else await event.wait()
+                        await event.wait()
                     interval = POLL_MIN_S
                 except TimeoutError:
                     interval = min(interval * 2, self._poll_max_s)
@@ -289,13 +292,3 @@ class _Reservation:
     def give_back(self) -> None:
         self._receiver.credits += 1
         self._dispatcher.settled(1)
-
-
-async def _first(*events: asyncio.Event) -> None:
-    """Until any of ``events`` is set."""
-    waits = [asyncio.ensure_future(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()

@@ -61,6 +61,11 @@ async def admit_keys(
     ordered = sorted(set(keys))
     if not ordered:
         return
+    if returned and set(returned) == set(ordered) and len(set(returned.values())) == 1:
+        ordered = await _return_and_admit(tx, scope, queue, returned, now)
+        if not ordered:
+            return
+        returned = None  # given back; the keys left over are admitted the general way
     active = await lstore.key_permits_lock(tx, scope, queue, ordered, now)
     if returned:
         await store.key_permits_add_many(
@@ -77,6 +82,35 @@ async def admit_keys(
     present = await lstore.ready_of_keys(tx, scope, queue, ordered)
     await lstore.ready_delete_many(tx, sorted(present - wanted))
     await lstore.ready_insert_tasks(tx, sorted(wanted - present))
+
+
+async def _return_and_admit(
+    tx: Tx, scope: Scope, queue: str, returned: Mapping[str, int], now: datetime
+) -> list[str]:
+    """The common case of ``admit_keys`` — tasks left leased/running, the same count per key
+    — in three statements: one update gives the permits back (locking the rows in key order,
+    as ``key_permits_lock`` would), one read answers each key's free permits, next task and
+    rows in the range, and one insert or delete settles the range. Answers the keys this
+    could not settle (more than one free permit or admitted row, a permit row missing)."""
+    await store.key_permits_add_many(
+        tx, scope, queue, {key: -count for key, count in returned.items()}, now
+    )
+    states = await lstore.keys_admission(tx, scope, queue, list(returned))
+    rest: list[str] = []
+    wanted: set[str] = set()
+    present: set[str] = set()
+    for key in sorted(returned):
+        state = states.get(key)
+        if state is None or state.free > 1 or state.admitted > 1:
+            rest.append(key)
+            continue
+        if state.free == 1 and state.head is not None:
+            wanted.add(state.head)
+        if state.admitted_first is not None:
+            present.add(state.admitted_first)
+    await lstore.ready_delete_many(tx, sorted(present - wanted))
+    await lstore.ready_insert_tasks(tx, sorted(wanted - present))
+    return rest
 
 
 async def make_claimable(tx: Tx, task: TaskRecord, *, now: datetime) -> None:

@@ -71,6 +71,17 @@ class GateRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class KeyAdmission:
+    """A concurrency key's state for admission: free permits, first pending task (open gate
+    or none), and its rows in the claim range — how many, and the first of them."""
+
+    free: int
+    head: str | None
+    admitted: int
+    admitted_first: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class HeldLease:
     task_id: str
     attempt: int
@@ -283,6 +294,26 @@ async def keys_head_pending(
         for row in await tx.fetch_union("key_head_pending", many):
             heads[str(row["concurrency_key"])].append(str(row["id"]))
     return heads
+
+
+async def keys_admission(
+    tx: Tx, scope: Scope, queue: str, keys: Sequence[str]
+) -> dict[str, KeyAdmission]:
+    """Each key's ``KeyAdmission``, one statement per ``KEYS_PER_STATEMENT`` keys, for keys
+    whose permit rows exist (the caller holds them locked); others are absent."""
+    found: dict[str, KeyAdmission] = {}
+    for part in chunks(sorted(set(keys)), KEYS_PER_STATEMENT):
+        rows = await tx.fetch_all(
+            "keys_admission", {**_scope(scope), "queue": queue, "keys": list(part)}
+        )
+        for r in rows:
+            found[str(r["concurrency_key"])] = KeyAdmission(
+                free=int(r["free"]),
+                head=None if r["head"] is None else str(r["head"]),
+                admitted=int(r["admitted"]),
+                admitted_first=None if r["admitted_first"] is None else str(r["admitted_first"]),
+            )
+    return found
 
 
 async def ready_insert_tasks(tx: Tx, task_ids: Sequence[str]) -> int:

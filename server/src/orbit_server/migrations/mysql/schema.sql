@@ -118,7 +118,7 @@ CREATE TABLE IF NOT EXISTS tasks (
   KEY tasks_finished (finished_at),
   KEY tasks_session (held_by),
   KEY tasks_gate (pending_gate),
-  KEY tasks_key (tenant, environment, queue, pending_key, priority DESC, run_at, id)
+  KEY tasks_key (tenant, environment, queue, pending_key, priority DESC, run_at, id, pending_gate)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE IF NOT EXISTS task_ready (

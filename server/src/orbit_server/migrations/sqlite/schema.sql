@@ -131,7 +131,7 @@ CREATE INDEX IF NOT EXISTS tasks_session ON tasks (held_by);
 
 CREATE INDEX IF NOT EXISTS tasks_gate ON tasks (pending_gate);
 
-CREATE INDEX IF NOT EXISTS tasks_key ON tasks (tenant, environment, queue, pending_key, priority DESC, run_at, id);
+CREATE INDEX IF NOT EXISTS tasks_key ON tasks (tenant, environment, queue, pending_key, priority DESC, run_at, id, pending_gate);
 
 
 CREATE TABLE IF NOT EXISTS task_ready (

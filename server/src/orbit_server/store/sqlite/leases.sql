@@ -68,10 +68,9 @@ SELECT id, tenant, environment, open, version, created_at, updated_at FROM gates
 -- name: key_head_pending
 -- The first pending tasks of a concurrency key in claim order, behind an open gate or none.
 SELECT t.id, t.pending_key AS concurrency_key FROM tasks t INDEXED BY tasks_key
-  LEFT JOIN gates g ON g.id = t.gate_id
+  LEFT JOIN gates g ON g.id = t.pending_gate
  WHERE t.tenant = :tenant AND t.environment = :environment AND t.queue = :queue
-   AND t.pending_key = :concurrency_key AND t.state = 'pending'
-   AND (t.gate_id IS NULL OR g.open = 1)
+   AND t.pending_key = :concurrency_key AND (t.pending_gate IS NULL OR g.open = 1)
  ORDER BY t.priority DESC, t.run_at, t.id
  LIMIT :limit
 
@@ -81,13 +80,34 @@ SELECT t.id, t.pending_key AS concurrency_key FROM tasks t INDEXED BY tasks_key
 -- statement, planned once (a union plans every part).
 SELECT k.concurrency_key,
        (SELECT t.id FROM tasks t INDEXED BY tasks_key
-          LEFT JOIN gates g ON g.id = t.gate_id
+          LEFT JOIN gates g ON g.id = t.pending_gate
          WHERE t.tenant = k.tenant AND t.environment = k.environment AND t.queue = k.queue
-           AND t.pending_key = k.concurrency_key AND t.state = 'pending'
-           AND (t.gate_id IS NULL OR g.open = 1)
+           AND t.pending_key = k.concurrency_key AND (t.pending_gate IS NULL OR g.open = 1)
          ORDER BY t.priority DESC, t.run_at, t.id
          LIMIT 1) AS id
   FROM key_permits k
+ WHERE k.tenant = :tenant AND k.environment = :environment AND k.queue = :queue
+   AND k.concurrency_key IN (:keys)
+
+-- name: keys_admission
+-- Per key, after its permits came back: its free permits, its first pending task in claim
+-- order (open gate or none; NULL for none) and its rows in the claim range (how many, and the
+-- first), all in one statement driven by the permit rows the caller has locked.
+SELECT k.concurrency_key, q.key_concurrency - k.active AS free,
+       (SELECT t.id FROM tasks t INDEXED BY tasks_key
+          LEFT JOIN gates g ON g.id = t.pending_gate
+         WHERE t.tenant = k.tenant AND t.environment = k.environment AND t.queue = k.queue
+           AND t.pending_key = k.concurrency_key AND (t.pending_gate IS NULL OR g.open = 1)
+         ORDER BY t.priority DESC, t.run_at, t.id
+         LIMIT 1) AS head,
+       (SELECT COUNT(*) FROM task_ready r
+         WHERE r.tenant = k.tenant AND r.environment = k.environment AND r.queue = k.queue
+           AND r.concurrency_key = k.concurrency_key) AS admitted,
+       (SELECT MIN(r.task_id) FROM task_ready r
+         WHERE r.tenant = k.tenant AND r.environment = k.environment AND r.queue = k.queue
+           AND r.concurrency_key = k.concurrency_key) AS admitted_first
+  FROM key_permits k
+  JOIN queues q ON q.tenant = k.tenant AND q.environment = k.environment AND q.name = k.queue
  WHERE k.tenant = :tenant AND k.environment = :environment AND k.queue = :queue
    AND k.concurrency_key IN (:keys)
 

@@ -1,0 +1,313 @@
+"""Claims (SPEC P4, P6, P7, D2): a node's dispatch leases ready tasks to its workers' free
+capacity, each claim one short transaction that reads the claim range (``task_ready``) in index
+order, rotating over fairness keys, and counts what it took into the queue's row last
+(decisions 0003, 0004, 0006, 0009). Part of the worker-side service (``WorkerService``)."""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import itertools
+import math
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from orbit_server.clock import Clock
+from orbit_server.ids import new_id
+from orbit_server.pulse.leasing import ClaimRequest, Lease, LeaseRef, Session, Want
+from orbit_server.pulse.states import TaskState
+from orbit_server.scope import Scope
+from orbit_server.store import Database, Tx
+from orbit_server.store import leases as lstore
+from orbit_server.store import pulse as store
+from orbit_server.store.base import TransientConflict
+from orbit_server.store.leases import Candidate
+from orbit_server.store.pulse import QueueRecord
+
+FAIRNESS_KEYS_PER_CLAIM = 64
+FAIRNESS_KEY_SET_S = 1.0  # how long a type's whole set of fairness keys is reused
+DEEP_SCAN = 2000  # most ready rows one claim reads
+
+
+def _claim_order(c: Candidate) -> tuple[int, datetime, str]:
+    return (-c.priority, c.run_at, c.task_id)
+
+
+class Claims:
+    def __init__(self, db: Database, clock: Clock, *, lease: timedelta) -> None:
+        self._db = db
+        self._clock = clock
+        self._lease = lease
+        self._rotation: dict[tuple[Scope, str, str], str] = {}
+        # (scope, queue, type) → its whole set of fairness keys with ready work, and when read
+        self._key_sets: dict[tuple[Scope, str, str], tuple[list[str], float]] = {}
+        # Room under a queue's concurrency limit that this node's claims in flight may use:
+        # a claim does not plan with room another of them is about to count (decision 0009).
+        self._claiming: dict[tuple[Scope, str], int] = defaultdict(int)
+
+    async def has_ready(self, scope: Scope, queue: str) -> bool:
+        """Whether the queue may have claimable work: the dispatch loop's cheap poll."""
+
+        async def unit(tx: Tx) -> bool:
+            return await lstore.ready_exists(tx, scope, queue)
+
+        return await self._db.read(unit)
+
+    async def claim(
+        self, scope: Scope, session: Session, wants: Sequence[Want], *, limit: int
+    ) -> list[Lease]:
+        """Lease up to ``limit`` tasks for the session's free capacity, in one transaction."""
+        [leases] = await self.claim_many(scope, [ClaimRequest(session, tuple(wants), limit)])
+        return leases
+
+    async def claim_many(self, scope: Scope, requests: Sequence[ClaimRequest]) -> list[list[Lease]]:
+        """Claims for several sessions (one node's connections) in one transaction; each
+        session's leases carry their own token."""
+        if all(r.limit <= 0 for r in requests):
+            return [[] for _ in requests]
+
+        held: dict[tuple[Scope, str], int] = {}  # this claim's part of _claiming
+
+        async def unit(tx: Tx) -> list[list[Lease]]:
+            self._give_room_back(held)  # a rerun plans anew
+            now = self._clock.now()
+            return [await self._claim_for(tx, scope, request, now, held) for request in requests]
+
+        try:
+            return await self._db.run(unit)
+        finally:  # after the commit: until then the room is counted here, after it in the row
+            self._give_room_back(held)
+
+    def _give_room_back(self, held: dict[tuple[Scope, str], int]) -> None:
+        for queue, count in held.items():
+            self._claiming[queue] -= count
+            if self._claiming[queue] <= 0:
+                del self._claiming[queue]
+        held.clear()
+
+    async def _claim_for(
+        self,
+        tx: Tx,
+        scope: Scope,
+        request: ClaimRequest,
+        now: datetime,
+        held: dict[tuple[Scope, str], int],
+    ) -> list[Lease]:
+        token = new_id("lse_")
+        budget = request.limit
+        leases: list[Lease] = []
+        wants = sorted((w for w in request.wants if w.free > 0), key=lambda w: (w.queue, w.type))
+        for queue_name, of_queue in itertools.groupby(wants, key=lambda w: w.queue):
+            if budget <= 0:
+                break
+            # One statement: the queue, and which types have work at all and over how many
+            # fairness keys, so a type with nothing ready costs no claim of its own. A plain
+            # read: the queue's row is written only by the claim's last statement, which
+            # checks a concurrency limit as it counts (decisions 0006, 0009).
+            listed = list(of_queue)
+            queue, spans = await lstore.claim_outlook(
+                tx, scope, queue_name, [w.type for w in listed]
+            )
+            if queue is None or queue.paused:
+                continue
+            for want in listed:
+                span = spans.get(want.type)
+                take = min(budget, want.free)
+                if span is None or take <= 0:
+                    continue
+                if queue.concurrency_limit is not None:  # a first look; the count decides
+                    room = (scope, queue_name)
+                    others = self._claiming.get(room, 0) - held.get(room, 0)
+                    take = min(take, queue.concurrency_limit - queue.active - others)
+                    if take <= 0:
+                        continue
+                    held[room] = held.get(room, 0) + take
+                    self._claiming[room] += take
+                got = await self._claim_one(
+                    tx, scope, request.session, want, queue, take, token, now,
+                    one_key=span[0] == span[1],
+                )  # fmt: skip
+                leases.extend(got)
+                budget -= len(got)
+                queue = dataclasses.replace(
+                    queue, pending=queue.pending - len(got), active=queue.active + len(got)
+                )
+        return leases
+
+    async def _claim_one(
+        self,
+        tx: Tx,
+        scope: Scope,
+        session: Session,
+        want: Want,
+        queue: QueueRecord,
+        take: int,
+        token: str,
+        now: datetime,
+        *,
+        one_key: bool,
+    ) -> list[Lease]:
+        # Read as many rows as the claim takes: admission keeps keys without free permits and
+        # closed gates out of the claim range, and versions are filtered by the index scan, so
+        # a row is rarely refused. When a full read still leaves the batch short, read once
+        # more, deeper, so a blocked head of the queue does not hide claimable work behind it.
+        scan = min(take, DEEP_SCAN)
+        while True:
+            candidates = await self._fair_candidates(tx, scope, want, scan, one_key=one_key)
+            chosen = await self._choose(tx, scope, want, queue, candidates, take, now)
+            if len(chosen) >= take or len(candidates) < scan or scan >= DEEP_SCAN:
+                break
+            scan = DEEP_SCAN
+        if not chosen:
+            return []
+        ids = [c.task_id for c in chosen]
+        await lstore.ready_delete_many(tx, ids)
+        expires_at = now + self._lease
+        leased = await lstore.tasks_lease_many(
+            tx,
+            ids,
+            lease_token=token,
+            expires_at=expires_at,
+            session_id=session.session_id,
+            node=session.node,
+            worker_id=session.worker_id,
+            now=now,
+        )
+        # Only rows this claim really moved count (a row not pending any more is not leased).
+        leased = [t for t in leased if t.state == TaskState.LEASED and t.lease_token == token]
+        taken_per_key: dict[str, int] = defaultdict(int)
+        for t in leased:
+            if t.concurrency_key is not None:
+                taken_per_key[t.concurrency_key] += 1
+        await lstore.attempts_insert(tx, leased, now)
+        await store.key_permits_add_many(tx, scope, want.queue, taken_per_key, now)
+        await self._count_claimed(tx, queue, len(leased), now)
+        return [Lease(LeaseRef(t.id, t.lease_epoch, token), t, expires_at) for t in leased]
+
+    @staticmethod
+    async def _count_claimed(tx: Tx, queue: QueueRecord, count: int, now: datetime) -> None:
+        """Count the claim into the queue's row, its last statement (decision 0006). Under a
+        concurrency limit the count is conditional (decision 0009): the limit was read without
+        a lock, and a claim that committed meanwhile may have used the room; then the whole
+        claim is run again on fresh counts, so the limit holds without a long lock."""
+        if queue.concurrency_limit is None:
+            await store.queue_add_counts(
+                tx, queue.scope, queue.name, pending=-count, active=count, now=now
+            )
+        elif not await store.queue_take_active_within(tx, queue.scope, queue.name, count, now):
+            raise TransientConflict("the queue's concurrency limit was reached meanwhile")
+
+    @staticmethod
+    async def _choose(
+        tx: Tx,
+        scope: Scope,
+        want: Want,
+        queue: QueueRecord,
+        candidates: list[Candidate],
+        take: int,
+        now: datetime,
+    ) -> list[Candidate]:
+        """The candidates this claim may lease: open gate, key permits, at most ``take`` (the
+        versions were filtered by the candidates' query; the queue's limit is checked when
+        the claim counts them, in ``_count_claimed``)."""
+        gates = await lstore.gates_open(tx, [c.gate_id for c in candidates if c.gate_id])
+        candidates = [c for c in candidates if c.gate_id is None or gates.get(c.gate_id, False)]
+        keyed = [c.concurrency_key for c in candidates if c.concurrency_key is not None]
+        permits = await lstore.key_permits_lock(tx, scope, want.queue, keyed, now)
+        chosen: list[Candidate] = []
+        taken_per_key: dict[str, int] = defaultdict(int)
+        for candidate in candidates:
+            if len(chosen) >= take:
+                break
+            key = candidate.concurrency_key
+            if key is not None:
+                if permits.get(key, 0) + taken_per_key[key] >= queue.key_concurrency:
+                    continue
+                taken_per_key[key] += 1
+            chosen.append(candidate)
+        return chosen
+
+    async def _fair_candidates(
+        self, tx: Tx, scope: Scope, want: Want, scan: int, *, one_key: bool
+    ) -> list[Candidate]:
+        """Up to ``scan`` candidates, rotating over fairness keys: each key with ready work
+        gets an equal share first, then the rest is filled in plain claim order (SPEC P7).
+        ``one_key``: all ready work of the type has one fairness key, nothing to rotate."""
+        if one_key:
+            return await lstore.ready_candidates(
+                tx, scope, want.queue, want.type, limit=scan, versions=want.versions
+            )
+        rotation = (scope, want.queue, want.type)
+        keys = await self._fairness_keys(
+            tx, scope, want, limit=min(FAIRNESS_KEYS_PER_CLAIM, max(scan, 2))
+        )
+        if keys:
+            # The next claim starts after the last key this one reached: rotation across more
+            # keys than one claim can visit. A per-node memory; losing it only resets the order.
+            self._rotation[rotation] = keys[-1]
+            if len(self._rotation) > 10_000:
+                self._rotation.clear()
+        if len(keys) <= 1:
+            return await lstore.ready_candidates(
+                tx, scope, want.queue, want.type, limit=scan, versions=want.versions
+            )
+        share = max(1, math.ceil(scan / len(keys)))
+        picked: dict[str, Candidate] = {}
+        for c in await lstore.ready_candidates(
+            tx,
+            scope,
+            want.queue,
+            want.type,
+            limit=share,
+            fairness_keys=keys,
+            versions=want.versions,
+        ):
+            picked[c.task_id] = c
+        if len(picked) < scan:
+            known = set(keys)
+            for c in await lstore.ready_candidates(
+                tx, scope, want.queue, want.type, limit=scan, versions=want.versions
+            ):
+                picked.setdefault(c.task_id, c)
+                if c.fairness_key not in known:  # a key the remembered set lacks: read it anew
+                    self._key_sets.pop(rotation, None)
+        # Interleave keys so the first ``take`` rows alternate between them; within each round
+        # the keys go by their next task's claim order, so priority still counts across keys.
+        per_key: dict[str, list[Candidate]] = defaultdict(list)
+        for c in sorted(picked.values(), key=_claim_order):
+            per_key[c.fairness_key].append(c)
+        ordered: list[Candidate] = []
+        while per_key:
+            heads = sorted((queue[0] for queue in per_key.values()), key=_claim_order)
+            for head in heads:
+                ordered.append(per_key[head.fairness_key].pop(0))
+                if not per_key[head.fairness_key]:
+                    del per_key[head.fairness_key]
+        return ordered
+
+    async def _fairness_keys(self, tx: Tx, scope: Scope, want: Want, *, limit: int) -> list[str]:
+        """Up to ``limit`` fairness keys with ready work, in key order after the rotation
+        point (wrapping around). Reading them costs an index seek per key; when a read finds
+        the type's whole set (fewer than ``limit``), the set is reused for up to
+        ``FAIRNESS_KEY_SET_S`` — a key that appears meanwhile is served in plain claim order
+        until then, or read at once when a claim meets one of its tasks."""
+        rotation = (scope, want.queue, want.type)
+        after = self._rotation.get(rotation)
+        remembered = self._key_sets.get(rotation)
+        now = time.monotonic()
+        if remembered is not None and now - remembered[1] < FAIRNESS_KEY_SET_S:
+            known = remembered[0]
+            at = 0 if after is None else bisect.bisect_right(known, after)
+            return (known[at:] + known[:at])[:limit]
+        keys = await lstore.ready_fairness_keys(
+            tx, scope, want.queue, want.type, limit=limit, start_after=after
+        )
+        if len(keys) < limit:  # the walk went round: this is every key with ready work
+            if len(self._key_sets) > 10_000:
+                self._key_sets.clear()
+            self._key_sets[rotation] = (sorted(keys), now)
+        else:
+            self._key_sets.pop(rotation, None)
+        return keys
