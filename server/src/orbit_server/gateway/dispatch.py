@@ -184,13 +184,12 @@ class Dispatcher:
                     task = asyncio.create_task(self._claim(key, takes), name=f"claim:{key[1]}")
                     claims.add(task)
                     task.add_done_callback(claimed)
-                    interval = POLL_MIN_S
                     continue
                 try:
                     async with asyncio.timeout(interval):
                         await event.wait()
                     interval = POLL_MIN_S
-                except TimeoutError:
+                except TimeoutError:  # an empty look does not shorten the poll (a paused queue)
                     interval = min(interval * 2, self._poll_max_s)
         except Exception:
             log.exception("dispatch loop failed", queue=key[1])
