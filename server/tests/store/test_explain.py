@@ -157,20 +157,25 @@ async def test_the_claim_outlook_seeks_the_fairness_index_for_every_type(node: N
         assert "filesort" not in str(part.get("Extra") or "").lower(), plan
 
 
-async def test_the_first_pending_task_of_many_keys_is_one_seek_per_key(node: Node) -> None:
-    """``keys_first_pending``: the permit rows drive a dependent subquery that reads the key's
-    index in claim order (no sort), one seek per key."""
+async def plan_for_keys(node: Node, query: str) -> list[dict[str, Any]]:
+    """The plan of a per-key admission query over two of seven keys with pending tasks."""
     if node.db.dialect != "mysql":
         pytest.skip("the plans checked here are InnoDB's")
     specs = [TaskSpec(queue="emails", type="send", concurrency_key=f"c{i % 7}") for i in range(300)]
     await node.tasks.submit_many(SCOPE, specs)
     values = {"tenant": SCOPE.tenant, "environment": SCOPE.environment, "queue": "emails"}
-    sql, args = node.db.queries.bind("keys_first_pending", {**values, "keys": ["c1", "c2"]})
+    sql, args = node.db.queries.bind(query, {**values, "keys": ["c1", "c2"]})
 
     async def unit(tx: Tx) -> list[dict[str, Any]]:
         return await explain(tx, sql, tuple(args))
 
-    plan = await node.db.run(unit)
+    return await node.db.run(unit)
+
+
+async def test_the_first_pending_task_of_many_keys_is_one_seek_per_key(node: Node) -> None:
+    """``keys_first_pending``: the permit rows drive a dependent subquery that reads the key's
+    index in claim order (no sort), one seek per key."""
+    plan = await plan_for_keys(node, "keys_first_pending")
     [seek] = [p for p in plan if p["table"] == "t"]
     assert "DEPENDENT" in str(seek["select_type"]) and seek["key"] == "tasks_key", plan
     assert "filesort" not in str(seek.get("Extra") or "").lower(), plan
@@ -180,17 +185,7 @@ async def test_admission_after_results_reads_each_key_by_seeks(node: Node) -> No
     """``keys_admission``: the permit rows drive dependent subqueries — the key's next task
     from ``tasks_key`` in claim order (no sort, no table row: the gate is in the index) and
     its rows in the claim range from ``task_ready_key``."""
-    if node.db.dialect != "mysql":
-        pytest.skip("the plans checked here are InnoDB's")
-    specs = [TaskSpec(queue="emails", type="send", concurrency_key=f"c{i % 7}") for i in range(300)]
-    await node.tasks.submit_many(SCOPE, specs)
-    values = {"tenant": SCOPE.tenant, "environment": SCOPE.environment, "queue": "emails"}
-    sql, args = node.db.queries.bind("keys_admission", {**values, "keys": ["c1", "c2"]})
-
-    async def unit(tx: Tx) -> list[dict[str, Any]]:
-        return await explain(tx, sql, tuple(args))
-
-    plan = await node.db.run(unit)
+    plan = await plan_for_keys(node, "keys_admission")
     [head] = [p for p in plan if p["table"] == "t"]
     assert "DEPENDENT" in str(head["select_type"]) and head["key"] == "tasks_key", plan
     assert "filesort" not in str(head.get("Extra") or "").lower(), plan
