@@ -36,6 +36,10 @@ def _claim_order(c: Candidate) -> tuple[int, datetime, str]:
 
 
 class Claims:
+    """The claim half of the worker-side service, one per node: what it remembers between
+    claims (the fairness rotation, the types' fairness key sets, room under limits that its
+    claims in flight are taking) is the node's own and only saves work or a rerun."""
+
     def __init__(self, db: Database, clock: Clock, *, lease: timedelta) -> None:
         self._db = db
         self._clock = clock
