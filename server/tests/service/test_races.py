@@ -133,6 +133,60 @@ async def test_a_claim_waits_for_the_permits_of_a_claim_in_flight(node: Node, li
     assert q is not None and (q.active, q.pending) == (2, 8)
 
 
+@pytest.mark.parametrize("results", ["commit", "roll back"])
+async def test_a_claim_counts_with_the_room_results_in_flight_free(
+    node: Node, monkeypatch: pytest.MonkeyPatch, results: str
+) -> None:
+    """Under a full limit, a claim of the node plans with the room that the node's result
+    transaction in flight is freeing, and counts once that transaction has ended: after a
+    commit the count finds the room (no rerun); after a rollback it does not, and the claim
+    runs again and takes nothing — the limit holds either way."""
+    await node.queues.update(SCOPE, "q", QueueSettings(concurrency_limit=2), actor=ACTOR)
+    await submit(node, 6)
+    first, second = sessions(2)
+    assert len(await node.workers.claim(SCOPE, first, [Want("q", "t", 2)], limit=2)) == 2
+    claims = node.workers._claims
+    asked: list[int] = []
+    planned = asyncio.Event()
+    claim_one = claims._claim_one
+
+    async def record(*args: Any, **kwargs: Any) -> list[Lease]:
+        asked.append(args[5])  # take
+        planned.set()
+        return await claim_one(*args, **kwargs)
+
+    monkeypatch.setattr(claims, "_claim_one", record)
+    holding, release = asyncio.Event(), asyncio.Event()
+
+    async def results_in_flight(tx: Tx) -> None:  # what a result batch does to the queue row
+        await store.queue_add_counts(tx, SCOPE, "q", active=-2, now=node.clock.now())
+        holding.set()
+        await release.wait()
+        if results == "roll back":
+            raise RuntimeError("the result batch failed")
+
+    ended = claims.results_started({(SCOPE, "q"): 2})
+    batch = asyncio.create_task(node.db.run(results_in_flight))
+    await holding.wait()
+    claim = asyncio.create_task(node.workers.claim(SCOPE, second, [Want("q", "t", 5)], limit=5))
+    await asyncio.wait_for(planned.wait(), timeout=30)  # planned with the room being freed
+    assert asked == [2]
+    release.set()
+    if results == "roll back":
+        with pytest.raises(RuntimeError):
+            await batch
+    else:
+        await batch
+    claims.results_ended(ended)
+    leases = await claim
+    q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
+    assert q is not None and q.active == 2
+    if results == "commit":
+        assert len(leases) == 2 and asked == [2]  # counted at once, not run again
+    else:
+        assert leases == [] and asked == [2]  # run again: no room, nothing asked
+
+
 async def test_a_claim_plans_without_the_room_a_claim_of_its_node_is_taking(
     node: Node, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,6 +5,7 @@ order, rotating over fairness keys, and counts what it took into the queue's row
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import dataclasses
 import itertools
@@ -29,6 +30,7 @@ from orbit_server.store.pulse import QueueRecord
 FAIRNESS_KEYS_PER_CLAIM = 64
 FAIRNESS_KEY_SET_S = 1.0  # how long a type's whole set of fairness keys is reused
 DEEP_SCAN = 2000  # most ready rows one claim reads
+FREEING_WAIT_S = 0.25  # longest a claim waits for results whose room it planned with
 
 
 def _claim_order(c: Candidate) -> tuple[int, datetime, str]:
@@ -50,6 +52,28 @@ class Claims:
         # Room under a queue's concurrency limit that this node's claims in flight may use:
         # a claim does not plan with room another of them is about to count (decision 0009).
         self._claiming: dict[tuple[Scope, str], int] = defaultdict(int)
+        # Results this node is committing, per queue: how many tasks each frees, and when it
+        # has ended. A claim under a limit may plan with that room and count once it is free.
+        self._freeing: dict[tuple[Scope, str], dict[asyncio.Future[None], int]] = {}
+        # Only where transactions write side by side: on SQLite (one writer) the results
+        # cannot commit while a claim waits for them.
+        self._concurrent = db.dialect != "sqlite"
+
+    def results_started(self, counts: dict[tuple[Scope, str], int]) -> asyncio.Future[None]:
+        """A result transaction that frees ``counts`` tasks per queue is under way; set the
+        answer when it has ended (committed or not) with ``results_ended``."""
+        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for room, count in counts.items():
+            self._freeing.setdefault(room, {})[ended] = count
+        return ended
+
+    def results_ended(self, ended: asyncio.Future[None]) -> None:
+        for room in list(self._freeing):
+            self._freeing[room].pop(ended, None)
+            if not self._freeing[room]:
+                del self._freeing[room]
+        if not ended.done():
+            ended.set_result(None)
 
     async def has_ready(self, scope: Scope, queue: str) -> bool:
         """Whether the queue may have claimable work: the dispatch loop's cheap poll."""
@@ -77,7 +101,10 @@ class Claims:
         async def unit(tx: Tx) -> list[list[Lease]]:
             self._give_room_back(held)  # a rerun plans anew
             now = self._clock.now()
-            return [await self._claim_for(tx, scope, request, now, held) for request in requests]
+            waits: list[asyncio.Future[None]] = []
+            return [
+                await self._claim_for(tx, scope, request, now, held, waits) for request in requests
+            ]
 
         try:
             return await self._db.run(unit)
@@ -98,6 +125,7 @@ class Claims:
         request: ClaimRequest,
         now: datetime,
         held: dict[tuple[Scope, str], int],
+        waits: list[asyncio.Future[None]] | None = None,
     ) -> list[Lease]:
         token = new_id("lse_")
         budget = request.limit
@@ -124,14 +152,21 @@ class Claims:
                 if queue.concurrency_limit is not None:  # a first look; the count decides
                     room = (scope, queue_name)
                     others = self._claiming.get(room, 0) - held.get(room, 0)
-                    take = min(take, queue.concurrency_limit - queue.active - others)
+                    free = queue.concurrency_limit - queue.active - others
+                    freeing = self._freeing.get(room, {})
+                    if waits is not None and freeing and self._concurrent:  # being freed now
+                        take = min(take, free + sum(freeing.values()))
+                        if take > free:
+                            waits.extend(freeing)
+                    else:
+                        take = min(take, free)
                     if take <= 0:
                         continue
                     held[room] = held.get(room, 0) + take
                     self._claiming[room] += take
                 got = await self._claim_one(
                     tx, scope, request.session, want, queue, take, token, now,
-                    one_key=span[0] == span[1],
+                    one_key=span[0] == span[1], waits=waits,
                 )  # fmt: skip
                 leases.extend(got)
                 budget -= len(got)
@@ -152,6 +187,7 @@ class Claims:
         now: datetime,
         *,
         one_key: bool,
+        waits: list[asyncio.Future[None]] | None = None,
     ) -> list[Lease]:
         # Read as many rows as the claim takes: admission keeps keys without free permits and
         # closed gates out of the claim range, and versions are filtered by the index scan, so
@@ -187,6 +223,8 @@ class Claims:
                 taken_per_key[t.concurrency_key] += 1
         await lstore.attempts_insert(tx, leased, now)
         await store.key_permits_add_many(tx, scope, want.queue, taken_per_key, now)
+        if waits:  # planned with room that results are freeing: count once they have ended
+            await asyncio.wait(waits, timeout=FREEING_WAIT_S)
         await self._count_claimed(tx, queue, len(leased), now)
         return [Lease(LeaseRef(t.id, t.lease_epoch, token), t, expires_at) for t in leased]
 

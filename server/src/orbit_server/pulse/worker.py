@@ -8,6 +8,7 @@ event, all in the transaction that changes the state.
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -272,6 +273,7 @@ class WorkerService:
             return []
 
         queues: set[tuple[Scope, str]] = set()
+        freeing: list[asyncio.Future[None]] = []
 
         async def unit(tx: Tx) -> list[Outcome]:
             now = self._clock.now()
@@ -281,6 +283,14 @@ class WorkerService:
             for report in reports:  # fenced: the row only if this lease still holds it
                 task = rows.get(report.ref.task_id)
                 locked.append(task if task is not None and _holds(task, report.ref) else None)
+            # The room these results free, for a claim of this node to plan with (0011).
+            counts: dict[tuple[Scope, str], int] = defaultdict(int)
+            for held in {t.id: t for t in locked if t is not None}.values():
+                if held.state in (TaskState.LEASED, TaskState.RUNNING):
+                    counts[(held.scope, held.queue)] += 1
+            for ended in freeing:  # a rerun: the earlier try ended
+                self._claims.results_ended(ended)
+            freeing[:] = [self._claims.results_started(counts)]
             outcomes: list[Outcome] = [Outcome.STALE] * len(reports)
             done = await self._succeed_together(tx, reports, locked, now)
             for i in done:
@@ -303,7 +313,11 @@ class WorkerService:
                 outcomes[i] = await self._report_locked(tx, reports[i], fresh, now)
             return outcomes
 
-        outcomes = await self._db.run(unit)
+        try:
+            outcomes = await self._db.run(unit)
+        finally:
+            for ended in freeing:
+                self._claims.results_ended(ended)
         for report in reports:
             self._watch.notify(report.ref.task_id)
         for scope, queue in queues:  # room under a limit, a key's next task admitted
