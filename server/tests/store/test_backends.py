@@ -335,3 +335,19 @@ async def test_an_overrunning_unit_is_abandoned_with_503(
             release.set()
             await holding
         assert await db.read(gov.environment_list) == []  # the pool is healthy afterwards
+
+
+async def test_closing_mysql_does_not_wait_long_for_a_connection_never_given_back(
+    mysql_server: MySQLServerForTests, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pooled connection that never comes back (its unit was cancelled while the pool
+    handed it out) is closed after a short grace, not after a unit's timeout."""
+    from orbit_server.store import mysql_backend
+
+    monkeypatch.setattr(mysql_backend, "CLOSE_GRACE_S", 0.2)
+    async with tuned_mysql(mysql_server, clock, unit_timeout_s=3600) as db:
+        pool = db._pool
+        assert pool is not None
+        leaked = await pool.acquire()  # taken and never released
+        await db.close()
+        assert not leaked.connected  # terminated with the pool; the server rolls back its work

@@ -46,6 +46,7 @@ ER_DUP_ENTRY = 1062
 ER_LOCK_WAIT_TIMEOUT = 1205
 ER_LOCK_DEADLOCK = 1213
 ROWS_PER_INSERT = 500  # rows per multi-row INSERT of execute_many
+CLOSE_GRACE_S = 5.0  # longest close() waits for connections still in use
 # A connection that could not be made or was lost: nothing of the unit was committed.
 _CONNECTION_CODES = frozenset({2002, 2003, 2005, 2006, 2013, 2014, 2055, 1053, 1927, 4031})
 _CONNECTION_EXCEPTIONS: tuple[type[BaseException], ...] = (
@@ -415,10 +416,13 @@ class MySQLDatabase(Database):
         for pool in pools:
             pool.close()
             try:
-                async with asyncio.timeout(self.unit_timeout_s):
-                    await pool.wait_closed()  # connections still in use come back first
+                # Connections still in use come back first, briefly: by now the node's work is
+                # stopped, and one that does not come back (its unit was cancelled, or the
+                # server went away under it) must not hold the process for a unit's timeout.
+                async with asyncio.timeout(min(self.unit_timeout_s, CLOSE_GRACE_S)):
+                    await pool.wait_closed()
             except TimeoutError:
-                pool.terminate()
+                pool.terminate()  # the server rolls back what they had not committed
 
     def pool_stats(self) -> tuple[int, int]:
         used = sum(
