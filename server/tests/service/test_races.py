@@ -115,7 +115,7 @@ async def test_a_claim_waits_for_the_permits_of_a_claim_in_flight(node: Node, li
 
     async def claim_and_hold(tx: Tx) -> int:
         request = ClaimRequest(first, (Want("q", "t", 10),), 10)
-        leases = await other_node._claim_for(tx, SCOPE, request, node.clock.now(), {})
+        leases = await other_node._claim_for(tx, SCOPE, request, node.clock.now(), {}, [])
         holding.set()
         await release.wait()
         return len(leases)
@@ -210,7 +210,7 @@ async def test_a_claim_plans_without_the_room_a_claim_of_its_node_is_taking(
 
     async def claim_and_hold(tx: Tx) -> int:
         request = ClaimRequest(first, (Want("q", "t", 2),), 2)
-        leases = await claims._claim_for(tx, SCOPE, request, node.clock.now(), held)
+        leases = await claims._claim_for(tx, SCOPE, request, node.clock.now(), held, [])
         holding.set()
         await release.wait()
         return len(leases)

@@ -83,13 +83,6 @@ class Claims:
 
         return await self._db.read(unit)
 
-    async def claim(
-        self, scope: Scope, session: Session, wants: Sequence[Want], *, limit: int
-    ) -> list[Lease]:
-        """Lease up to ``limit`` tasks for the session's free capacity, in one transaction."""
-        [leases] = await self.claim_many(scope, [ClaimRequest(session, tuple(wants), limit)])
-        return leases
-
     async def claim_many(self, scope: Scope, requests: Sequence[ClaimRequest]) -> list[list[Lease]]:
         """Claims for several sessions (one node's connections) in one transaction; each
         session's leases carry their own token."""
@@ -125,7 +118,7 @@ class Claims:
         request: ClaimRequest,
         now: datetime,
         held: dict[tuple[Scope, str], int],
-        waits: list[asyncio.Future[None]] | None = None,
+        waits: list[asyncio.Future[None]],
     ) -> list[Lease]:
         token = new_id("lse_")
         budget = request.limit
@@ -154,7 +147,7 @@ class Claims:
                     others = self._claiming.get(room, 0) - held.get(room, 0)
                     free = queue.concurrency_limit - queue.active - others
                     freeing = self._freeing.get(room, {})
-                    if waits is not None and freeing and self._concurrent:  # being freed now
+                    if freeing and self._concurrent:  # room that results are freeing now
                         take = min(take, free + sum(freeing.values()))
                         if take > free:
                             waits.extend(freeing)
@@ -187,7 +180,7 @@ class Claims:
         now: datetime,
         *,
         one_key: bool,
-        waits: list[asyncio.Future[None]] | None = None,
+        waits: list[asyncio.Future[None]],
     ) -> list[Lease]:
         # Read as many rows as the claim takes: admission keeps keys without free permits and
         # closed gates out of the claim range, and versions are filtered by the index scan, so

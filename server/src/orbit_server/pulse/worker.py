@@ -285,9 +285,9 @@ class WorkerService:
                 locked.append(task if task is not None and _holds(task, report.ref) else None)
             # The room these results free, for a claim of this node to plan with (0011).
             counts: dict[tuple[Scope, str], int] = defaultdict(int)
-            for held in {t.id: t for t in locked if t is not None}.values():
-                if held.state in (TaskState.LEASED, TaskState.RUNNING):
-                    counts[(held.scope, held.queue)] += 1
+            for row in {t.id: t for t in locked if t is not None}.values():
+                if row.state in (TaskState.LEASED, TaskState.RUNNING):
+                    counts[(row.scope, row.queue)] += 1
             for ended in freeing:  # a rerun: the earlier try ended
                 self._claims.results_ended(ended)
             freeing[:] = [self._claims.results_started(counts)]
