@@ -67,11 +67,13 @@ async def build_node(
     supervisor = Supervisor(settings.roles)
     watch = TaskWatch()
     workers = WorkerService(db, clock, watch, lease_ms=settings.lease_ms)
-    supervisor.register(ServerRole.RECOVERY, "lease-recovery", lambda: recovery_loop(workers))
     tasks = TaskService(
         db, clock, audit_writer, watch,
         default_timeout_ms=settings.task_timeout_ms, lease_ms=settings.lease_ms,
     )  # fmt: skip
+    supervisor.register(
+        ServerRole.RECOVERY, "lease-recovery", lambda: recovery_loop(workers, tasks.admissions)
+    )
     supervisor.register(
         ServerRole.API,
         "settled-watch",

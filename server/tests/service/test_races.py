@@ -351,3 +351,34 @@ async def test_a_gate_close_waits_for_a_claim_in_flight_then_stops_its_starts(
     assert len(leases) == 3  # decided before the close committed
     verdicts = [await node.workers.start(lease.ref) for lease in leases]
     assert set(verdicts) == {StartVerdict.DENIED_GATE}  # after it, nothing starts
+
+
+async def test_a_deferred_admission_passes_over_a_key_held_then_admits_it(node: Node) -> None:
+    """Step by step (decision 0012): key a's task is leased, and its result is in flight — it
+    has given the permit back but not committed, and it found no next task to admit (the
+    submit below had not committed when it looked). A large submit commits tasks of keys a, b
+    and c and admits after its commit: b and c at once, passing over a's permit row while the
+    result holds it, and a once the result has committed — so a's new task is not stranded."""
+    node.tasks.admissions.defer_over = 0
+    await submit(node, 1, concurrency_key="a")
+    [lease] = await node.workers.claim(SCOPE, sessions(1)[0], [Want("q", "t", 1)], limit=1)
+    holding, release = asyncio.Event(), asyncio.Event()
+
+    async def result_in_flight(tx: Tx) -> None:
+        await store.key_permits_add_many(tx, SCOPE, "q", {"a": -1}, node.clock.now())
+        holding.set()
+        await release.wait()
+
+    result = asyncio.create_task(node.db.run(result_in_flight))
+    await holding.wait()
+    specs = [TaskSpec(queue="q", type="t", concurrency_key=key) for key in ("a", "b", "c")]
+    submitting = asyncio.create_task(node.tasks.submit_many(SCOPE, specs))
+    await wait_for_lock_waiters(node.db, 1)  # its last pass waits for a's permit row
+    ready = await node.db.read(lambda tx: lstore.ready_of_keys(tx, SCOPE, "q", ["a", "b", "c"]))
+    assert len(ready) == 2  # b and c, admitted before the wait
+    release.set()
+    await result
+    done = await submitting
+    ready = await node.db.read(lambda tx: lstore.ready_of_keys(tx, SCOPE, "q", ["a", "b", "c"]))
+    assert ready == {s.task.id for s in done}
+    assert lease.task.concurrency_key == "a"

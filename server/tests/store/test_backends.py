@@ -47,7 +47,8 @@ async def tuned_mysql(
 
 
 async def wait_for_lock_waiters(db: Database, count: int) -> None:
-    """Poll InnoDB until ``count`` transactions wait for a row lock (the server's own state)."""
+    """Poll InnoDB until ``count`` transactions on ``db``'s database wait for a row lock (the
+    server's own state; those of other tests' databases do not count)."""
     assert isinstance(db, MySQLDatabase)
     admin = await asyncmy.connect(**{**db.connection_kwargs(), "autocommit": True})
     try:
@@ -55,8 +56,9 @@ async def wait_for_lock_waiters(db: Database, count: int) -> None:
             while True:
                 async with admin.cursor() as cursor:
                     await cursor.execute(
-                        "SELECT COUNT(*) FROM information_schema.INNODB_TRX"
-                        " WHERE trx_state = 'LOCK WAIT'"
+                        "SELECT COUNT(*) FROM information_schema.INNODB_TRX t"
+                        " JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id"
+                        " WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()"
                     )
                     row = await cursor.fetchone()
                 if row[0] >= count:

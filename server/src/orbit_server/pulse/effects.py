@@ -47,10 +47,12 @@ async def admit_keys(
     now: datetime,
     *,
     returned: Mapping[str, int] | None = None,
+    locked: Mapping[str, int] | None = None,
 ) -> None:
     """Bring each concurrency key's rows in the claim range to its first pending tasks in
     claim order (open gate or none), as many as the key has free permits; ``returned`` gives
-    back permits first (tasks of the key that left leased/running). A few statements for all
+    back permits first (tasks of the key that left leased/running); ``locked``: the keys'
+    permit rows, already locked by the caller, and their counts. A few statements for all
     the keys of one queue (one index seek per key for its head, many keys per statement).
 
     Locks the keys' permit rows (in key order) and only reads the queue's row: permit rows are
@@ -66,7 +68,10 @@ async def admit_keys(
         if not ordered:
             return
         returned = None  # given back; the keys left over are admitted the general way
-    active = await lstore.key_permits_lock(tx, scope, queue, ordered, now)
+    if locked is not None and set(locked) == set(ordered):
+        active = dict(locked)
+    else:
+        active = await lstore.key_permits_lock(tx, scope, queue, ordered, now)
     if returned:
         await store.key_permits_add_many(
             tx, scope, queue, {key: -count for key, count in returned.items()}, now

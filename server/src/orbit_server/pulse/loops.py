@@ -1,4 +1,5 @@
-"""Pulse's background loops: lease recovery and promotion of due tasks (SPEC P2, P9, O2)."""
+"""Pulse's background loops: lease recovery, promotion of due tasks and admissions a submit
+left (SPEC P2, P9, O2)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,17 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from orbit_server.errors import Unavailable
+from orbit_server.pulse.admission import KeyAdmissions
 from orbit_server.pulse.worker import WorkerService
 
 log = structlog.get_logger("orbit.pulse")
 
 
-async def recovery_loop(worker: WorkerService, *, interval_s: float = 0.5) -> None:
-    """Expire ended leases and promote due tasks, in bounded passes, for as long as it runs.
+async def recovery_loop(
+    worker: WorkerService, admissions: KeyAdmissions, *, interval_s: float = 0.5
+) -> None:
+    """Expire ended leases, promote due tasks and finish key admissions that a submit left
+    (decision 0012), in bounded passes, for as long as it runs.
 
     A full pass runs again at once; an empty one waits ``interval_s``. While the database is
     down the loop keeps trying and decides nothing (O2).
@@ -24,10 +29,11 @@ async def recovery_loop(worker: WorkerService, *, interval_s: float = 0.5) -> No
         try:
             expired = await worker.expire_leases()
             promoted = await worker.promote_due()
+            admitted = await admissions.finish_stale()
         except Unavailable as exc:
             log.warning("recovery pass skipped: database unavailable", reason=exc.message)
-            expired = promoted = 0
-        if expired == 0 and promoted == 0:
+            expired = promoted = admitted = 0
+        if expired == 0 and promoted == 0 and admitted == 0:
             await asyncio.sleep(interval_s)
 
 

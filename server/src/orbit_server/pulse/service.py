@@ -19,6 +19,7 @@ from orbit_server.audit import Actor, AuditWriter
 from orbit_server.clock import Clock
 from orbit_server.errors import IdempotencyConflict, NotFound, QueueFull, StateConflict
 from orbit_server.ids import new_id
+from orbit_server.pulse.admission import KeyAdmissions
 from orbit_server.pulse.direct import DirectDispatch, Reservation
 from orbit_server.pulse.effects import (
     admit_key,
@@ -35,6 +36,7 @@ from orbit_server.scope import Scope
 from orbit_server.store import Database, DuplicateKey, Tx
 from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
+from orbit_server.store.admissions import AdmissionNote
 from orbit_server.store.pulse import AttemptRecord, QueueRecord, TaskRecord
 
 SETTLED = frozenset({"succeeded", "failed", "cancelled", "needs_review"})
@@ -83,6 +85,7 @@ class TaskService:
         # The node's dispatch, when it has workers connected: single submits may then be
         # leased to an idle one in their own transaction (decision 0010).
         self.direct: DirectDispatch | None = None
+        self.admissions = KeyAdmissions(db, clock)
 
     # -- submit -------------------------------------------------------------------------------
 
@@ -110,10 +113,14 @@ class TaskService:
                 self._watch.notify(leased.id)
                 return [Submitted(leased, created=True)]
 
+        notes: list[AdmissionNote] = []
+
         async def unit(tx: Tx) -> list[Submitted]:
-            return await self._submit_unit(tx, scope, tasks, now)
+            notes.clear()  # a unit run again writes its notes again
+            return await self._submit_unit(tx, scope, tasks, now, notes)
 
         submitted = await self._db.run(unit)
+        await self.admissions.finish(notes)
         for queue in {item.task.queue for item in submitted if item.created}:
             self._watch.notify_queue(scope, queue, work=True)
         for item in submitted:
@@ -173,7 +180,12 @@ class TaskService:
         return leased
 
     async def _submit_unit(
-        self, tx: Tx, scope: Scope, tasks: list[TaskRecord], now: datetime
+        self,
+        tx: Tx,
+        scope: Scope,
+        tasks: list[TaskRecord],
+        now: datetime,
+        notes: list[AdmissionNote],
     ) -> list[Submitted]:
         results: list[Submitted | None] = [None] * len(tasks)
         first_of_key: dict[str, int] = {}
@@ -237,7 +249,11 @@ class TaskService:
         ]
         await store.task_ready_insert_many(tx, ready)
         for name in sorted({name for name, _ in keys}):  # once per key however many came
-            await admit_keys(tx, scope, name, [key for q, key in keys if q == name], now)
+            of_queue = [key for q, key in keys if q == name]
+            if self.admissions.defers(len(of_queue)):  # after the commit (decision 0012)
+                notes.append(await self.admissions.note(tx, scope, name, of_queue))
+            else:
+                await admit_keys(tx, scope, name, of_queue, now)
         # The queues' rows last (decision 0006): locked for the waiting-tasks quota and counted
         # just before the commit, so results and claims of the queue wait for them only briefly.
         # Over the quota, the whole unit rolls back.

@@ -19,7 +19,6 @@ from orbit_server.store.pulse import (
     TaskEventRecord,
     TaskRecord,
     attempt_from_row,
-    key_permit_ensure,
     queue_from_row,
     task_event_params,
     task_from_row,
@@ -248,12 +247,39 @@ async def key_permits_lock(
     rows = await tx.fetch_all("key_permits_lock", {**params, "keys": ordered})
     found = {str(r["concurrency_key"]): int(r["active"]) for r in rows}
     missing = [key for key in ordered if key not in found]
-    for key in missing:
-        await key_permit_ensure(tx, scope, queue, key, now)
     if missing:
+        await _permits_insert(tx, scope, queue, missing, now)
         rows = await tx.fetch_all("key_permits_lock", {**params, "keys": missing})
         found.update({str(r["concurrency_key"]): int(r["active"]) for r in rows})
     return found
+
+
+async def key_permits_lock_free(
+    tx: Tx, scope: Scope, queue: str, keys: Sequence[str], now: datetime
+) -> dict[str, int]:
+    """Like ``key_permits_lock``, but never waits: rows another transaction holds are left
+    out of the answer (on SQLite, with one writer, none is). Missing rows are created first;
+    reading which exist takes no lock, so only a key created at the same moment by another
+    transaction can make this wait."""
+    ordered = sorted(set(keys))
+    if not ordered:
+        return {}
+    params = {**_scope(scope), "queue": queue, "keys": ordered}
+    existing = {
+        str(r["concurrency_key"]) for r in await tx.fetch_all("key_permits_existing", params)
+    }
+    await _permits_insert(tx, scope, queue, [key for key in ordered if key not in existing], now)
+    rows = await tx.fetch_all("key_permits_lock_free", params)
+    return {str(r["concurrency_key"]): int(r["active"]) for r in rows}
+
+
+async def _permits_insert(
+    tx: Tx, scope: Scope, queue: str, keys: Sequence[str], now: datetime
+) -> None:
+    """Create the permit rows (count 0) of ``keys`` that do not exist, in one statement."""
+    if keys:
+        rows = [{**_scope(scope), "queue": queue, "concurrency_key": k, "now": now} for k in keys]
+        await tx.execute_many("key_permits_insert_missing", rows)
 
 
 async def ready_of_keys(tx: Tx, scope: Scope, queue: str, keys: Sequence[str]) -> set[str]:

@@ -197,6 +197,18 @@ CREATE TABLE IF NOT EXISTS key_permits (
   KEY key_permits_idle (active, updated_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
+-- Keys a submit admits after its commit (decision 0012).
+CREATE TABLE IF NOT EXISTS key_admissions (
+  id VARCHAR(40) NOT NULL,
+  tenant VARCHAR(64) NOT NULL,
+  environment VARCHAR(64) NOT NULL,
+  queue VARCHAR(128) NOT NULL,
+  concurrency_keys MEDIUMTEXT NOT NULL,
+  created_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (id),
+  KEY key_admissions_age (created_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
 
 CREATE TABLE IF NOT EXISTS worker_sessions (
   id VARCHAR(40) NOT NULL,

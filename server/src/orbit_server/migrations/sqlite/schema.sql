@@ -221,6 +221,19 @@ CREATE TABLE IF NOT EXISTS key_permits (
 
 CREATE INDEX IF NOT EXISTS key_permits_idle ON key_permits (active, updated_at);
 
+-- Keys a submit admits after its commit (decision 0012).
+CREATE TABLE IF NOT EXISTS key_admissions (
+  id TEXT NOT NULL,
+  tenant TEXT NOT NULL,
+  environment TEXT NOT NULL,
+  queue TEXT NOT NULL,
+  concurrency_keys TEXT NOT NULL,
+  created_at TEXT NOT NULL,
+  PRIMARY KEY (id)
+);
+
+CREATE INDEX IF NOT EXISTS key_admissions_age ON key_admissions (created_at);
+
 
 CREATE TABLE IF NOT EXISTS worker_sessions (
   id TEXT NOT NULL,

@@ -139,3 +139,8 @@ UPDATE tasks SET state = 'running', attempts = attempts + 1, lease_expires_at = 
 -- name: attempts_start_many
 UPDATE task_attempts SET state = 'running', started_at = :now, lease_expires_at = :expires_at
  WHERE task_id IN (:task_ids) AND state = 'leased'
+
+-- name: key_permits_existing
+SELECT concurrency_key FROM key_permits
+ WHERE tenant = :tenant AND environment = :environment AND queue = :queue
+   AND concurrency_key IN (:keys)
