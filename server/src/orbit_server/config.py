@@ -75,6 +75,11 @@ class Settings:
     ws_max_frame_bytes: int = _setting(
         16 * 1024 * 1024, "Largest WebSocket frame a worker may send", minimum=1024
     )
+    ws_compression: str = _setting(
+        "off",
+        "Compression of worker connections: off, or deflate (permessage-deflate, for workers "
+        "across slow links; costs CPU on both ends)",
+    )
     submit_rate_per_key: int = _setting(
         0, "Tasks per second one API key may submit on one node (0: no limit)", minimum=0
     )
@@ -166,6 +171,8 @@ class Settings:
             fail("log_level", "must be debug, info, warning or error")
         if self.log_format not in ("console", "json"):
             fail("log_format", "must be console or json")
+        if self.ws_compression not in ("off", "deflate"):
+            fail("ws_compression", "must be off or deflate")
         if self.max_params_bytes > self.max_body_bytes:
             fail(
                 "max_params_bytes", f"must not exceed ORBIT_MAX_BODY_BYTES ({self.max_body_bytes})"

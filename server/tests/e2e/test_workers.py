@@ -5,6 +5,7 @@ read."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sys
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from websockets.asyncio.client import connect
 
 import orbit_sdk
 from orbit_sdk import RetryPolicy
@@ -286,3 +288,24 @@ def test_one_server_command_runs_several_processes(cluster: Cluster) -> None:
     assert all(t.state == "succeeded" for t in done)
     assert nodes and nodes <= {"multi-1", "multi-2"}
     assert proc.stop() == 0  # the signal reaches both processes, which drain and exit
+
+
+@pytest.mark.parametrize("setting", ["off", "deflate"])
+def test_worker_connections_are_compressed_only_when_configured(
+    cluster: Cluster, setting: str
+) -> None:
+    proc = OrbitProcess(
+        ["server", "--port", "0", "--host", "127.0.0.1", "--ws-compression", setting],
+        env=cluster.env,
+    )
+    cluster.servers.append(proc)
+    url = proc.wait_for("ORBIT_URL")["ORBIT_URL"]
+
+    async def negotiated() -> str:
+        headers = {"Authorization": f"Bearer {cluster.key}"}
+        ws_url = url.replace("http", "ws", 1) + "/v1/worker"
+        async with connect(ws_url, additional_headers=headers) as ws:  # offers permessage-deflate
+            assert ws.response is not None
+            return ws.response.headers.get("Sec-WebSocket-Extensions", "")
+
+    assert ("permessage-deflate" in asyncio.run(negotiated())) == (setting == "deflate")

@@ -45,6 +45,7 @@ def test_settings_are_frozen() -> None:
         ({"ORBIT_ROLES": "api,telepathy"}, "ORBIT_ROLES"),
         ({"ORBIT_ROLES": ""}, "ORBIT_ROLES"),
         ({"ORBIT_LOG_FORMAT": "xml"}, "ORBIT_LOG_FORMAT"),
+        ({"ORBIT_WS_COMPRESSION": "gzip"}, "ORBIT_WS_COMPRESSION"),
         ({"ORBIT_DATABASE_URL": "postgres://x/y"}, "ORBIT_DATABASE_URL"),
         ({"ORBIT_DATABASE_URL": "mysql://u@h:99x/db"}, "ORBIT_DATABASE_URL"),
     ],

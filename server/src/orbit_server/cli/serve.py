@@ -207,6 +207,7 @@ async def serve(node: Node, *, announce_key: str | None = None) -> int:
         ws_max_size=settings.ws_max_frame_bytes,
         ws_ping_interval=20.0,
         ws_ping_timeout=20.0,
+        ws_per_message_deflate=settings.ws_compression == "deflate",
     )
     server = _Server(config, app)
     loop = asyncio.get_running_loop()
