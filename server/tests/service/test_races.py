@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from orbit_server.audit import Actor
-from orbit_server.pulse.claims import Claims
+from orbit_server.pulse.claims import Claims, ClaimWaits
 from orbit_server.pulse.model import TaskSpec
 from orbit_server.pulse.service import QueueSettings
 from orbit_server.pulse.worker import ClaimRequest, Lease, Session, StartVerdict, Want
@@ -115,7 +115,7 @@ async def test_a_claim_waits_for_the_permits_of_a_claim_in_flight(node: Node, li
 
     async def claim_and_hold(tx: Tx) -> int:
         request = ClaimRequest(first, (Want("q", "t", 10),), 10)
-        leases = await other_node._claim_for(tx, SCOPE, request, node.clock.now(), {}, [])
+        leases = await other_node._claim_for(tx, SCOPE, request, node.clock.now(), {}, ClaimWaits())
         holding.set()
         await release.wait()
         return len(leases)
@@ -210,7 +210,7 @@ async def test_a_claim_plans_without_the_room_a_claim_of_its_node_is_taking(
 
     async def claim_and_hold(tx: Tx) -> int:
         request = ClaimRequest(first, (Want("q", "t", 2),), 2)
-        leases = await claims._claim_for(tx, SCOPE, request, node.clock.now(), held, [])
+        leases = await claims._claim_for(tx, SCOPE, request, node.clock.now(), held, ClaimWaits())
         holding.set()
         await release.wait()
         return len(leases)
@@ -227,6 +227,33 @@ async def test_a_claim_plans_without_the_room_a_claim_of_its_node_is_taking(
     assert asked == [2, 1]  # B planned with the room A was taking, once
     q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
     assert q is not None and (q.active, q.pending) == (3, 7)
+
+
+async def test_a_claim_for_several_connections_waits_for_no_result_once_it_has_counted(
+    node: Node,
+) -> None:
+    """One claim transaction for two connections under a full limit, with a result of the node
+    in flight that frees room: the first connection's claim counts into the queue's row, and
+    the second must not then plan with, and wait for, that result — it needs the row the
+    claim now holds, so both would stall until the wait's timeout and the claim would fail
+    its count and run again, time after time."""
+    await node.queues.update(SCOPE, "q", QueueSettings(concurrency_limit=2), actor=ACTOR)
+    await submit(node, 6)
+    first, second, third = sessions(3)
+    assert len(await node.workers.claim(SCOPE, first, [Want("q", "t", 1)], limit=1)) == 1
+    claims = node.workers._claims
+    ended = claims.results_started({(SCOPE, "q"): 1})  # never ends while the claim runs
+    try:
+        requests = [
+            ClaimRequest(second, (Want("q", "t", 1),), 1),
+            ClaimRequest(third, (Want("q", "t", 1),), 1),
+        ]
+        got = await asyncio.wait_for(claims.claim_many(SCOPE, requests), timeout=30)
+    finally:
+        claims.results_ended(ended)
+    assert [len(leases) for leases in got] == [1, 0]
+    q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
+    assert q is not None and q.active == 2
 
 
 async def test_once_a_gate_close_commits_no_claim_or_start_succeeds(node: Node) -> None:

@@ -3,6 +3,7 @@ a second SKIP LOCKED claimer see no rows while many are free)."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -192,3 +193,33 @@ async def test_admission_after_results_reads_each_key_by_seeks(node: Node) -> No
     assert "using index" in str(head.get("Extra") or "").lower(), plan  # covered
     ranges = [p for p in plan if p["table"] == "r"]
     assert len(ranges) == 2 and all(p["key"] == "task_ready_key" for p in ranges), plan
+
+
+@pytest.mark.parametrize(
+    "query", ["ready_delete_many", "key_permits_lock", "key_permits_lock_free", "tasks_lock_many"]
+)
+async def test_locking_statements_over_a_list_go_through_the_primary_key(
+    node: Node, query: str
+) -> None:
+    """Even when the list names most of a small table, so that a scan would look cheaper: a
+    locking statement that scans waits for every row other transactions hold (READ COMMITTED
+    lets only UPDATE pass over locked rows that do not match)."""
+    if node.db.dialect != "mysql":
+        pytest.skip("the plans checked here are InnoDB's")
+    specs = [TaskSpec(queue="emails", type="send", concurrency_key=f"c{i}") for i in range(8)]
+    done = await node.tasks.submit_many(SCOPE, specs)  # eight keys, each with its task admitted
+    values = {"tenant": SCOPE.tenant, "environment": SCOPE.environment, "queue": "emails"}
+    names = {
+        "ready_delete_many": {"task_ids_json": json.dumps([s.task.id for s in done][:7])},
+        "key_permits_lock": {"keys": [f"c{i}" for i in range(7)]},
+        "key_permits_lock_free": {"keys": [f"c{i}" for i in range(7)]},
+        "tasks_lock_many": {"task_ids": [s.task.id for s in done][:7]},
+    }
+    sql, args = node.db.queries.bind(query, {**values, **names[query]})
+
+    async def unit(tx: Tx) -> list[dict[str, Any]]:
+        return await explain(tx, sql, tuple(args))
+
+    plan = await node.db.run(unit)
+    [read] = [p for p in plan if p["table"] in ("key_permits", "r", "tasks")]
+    assert read["key"] == "PRIMARY" and read["type"] in ("range", "eq_ref"), plan

@@ -13,6 +13,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from orbit_server.clock import Clock
@@ -35,6 +36,18 @@ FREEING_WAIT_S = 0.25  # longest a claim waits for results whose room it planned
 
 def _claim_order(c: Candidate) -> tuple[int, datetime, str]:
     return (-c.priority, c.run_at, c.task_id)
+
+
+@dataclass
+class ClaimWaits:
+    """The results in flight whose room a claim transaction plans with (decision 0011). Once
+    the transaction has counted a claim into a queue's row it waits for no more of them: it
+    holds that row until its commit, and a result needs the row to commit — waiting then would
+    stall both until the wait's timeout (a claim for several connections counts once per
+    connection)."""
+
+    futures: list[asyncio.Future[None]] = field(default_factory=list)
+    closed: bool = False
 
 
 class Claims:
@@ -94,7 +107,7 @@ class Claims:
         async def unit(tx: Tx) -> list[list[Lease]]:
             self._give_room_back(held)  # a rerun plans anew
             now = self._clock.now()
-            waits: list[asyncio.Future[None]] = []
+            waits = ClaimWaits()
             return [
                 await self._claim_for(tx, scope, request, now, held, waits) for request in requests
             ]
@@ -118,7 +131,7 @@ class Claims:
         request: ClaimRequest,
         now: datetime,
         held: dict[tuple[Scope, str], int],
-        waits: list[asyncio.Future[None]],
+        waits: ClaimWaits,
     ) -> list[Lease]:
         token = new_id("lse_")
         budget = request.limit
@@ -147,10 +160,11 @@ class Claims:
                     others = self._claiming.get(room, 0) - held.get(room, 0)
                     free = queue.concurrency_limit - queue.active - others
                     freeing = self._freeing.get(room, {})
-                    if freeing and self._concurrent:  # room that results are freeing now
+                    if freeing and self._concurrent and not waits.closed:
+                        # room that results are freeing now
                         take = min(take, free + sum(freeing.values()))
                         if take > free:
-                            waits.extend(freeing)
+                            waits.futures.extend(freeing)
                     else:
                         take = min(take, free)
                     if take <= 0:
@@ -180,7 +194,7 @@ class Claims:
         now: datetime,
         *,
         one_key: bool,
-        waits: list[asyncio.Future[None]],
+        waits: ClaimWaits,
     ) -> list[Lease]:
         # Read as many rows as the claim takes: admission keeps keys without free permits and
         # closed gates out of the claim range, and versions are filtered by the index scan, so
@@ -216,8 +230,10 @@ class Claims:
                 taken_per_key[t.concurrency_key] += 1
         await lstore.attempts_insert(tx, leased, now)
         await store.key_permits_add_many(tx, scope, want.queue, taken_per_key, now)
-        if waits:  # planned with room that results are freeing: count once they have ended
-            await asyncio.wait(waits, timeout=FREEING_WAIT_S)
+        if waits.futures and not waits.closed:
+            # planned with room that results are freeing: count once they have ended
+            await asyncio.wait(waits.futures, timeout=FREEING_WAIT_S)
+        waits.closed = True  # from here on it holds the queue's row (see ClaimWaits)
         await self._count_claimed(tx, queue, len(leased), now)
         return [Lease(LeaseRef(t.id, t.lease_epoch, token), t, expires_at) for t in leased]
 

@@ -186,9 +186,14 @@ async def ready_candidates(
 
 
 async def ready_delete_many(tx: Tx, task_ids: Sequence[str]) -> int:
+    """Take tasks out of the claim range (rows the caller holds, or no other transaction
+    does: the delete goes row by row through the primary key and waits for no other row)."""
     if not task_ids:
         return 0
-    return await tx.execute("ready_delete_many", {"task_ids": list(task_ids)})
+    ids = list(task_ids)
+    return await tx.execute(
+        "ready_delete_many", {"task_ids": ids, "task_ids_json": msgspec.json.encode(ids).decode()}
+    )
 
 
 async def gate_create(tx: Tx, scope: Scope, gate_id: str, now: datetime) -> None:

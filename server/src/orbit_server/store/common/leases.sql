@@ -1,9 +1,6 @@
 -- Queries that read the same on MySQL/MariaDB and SQLite; each dialect's folder holds
 -- only those that differ (leases.sql).
 
--- name: ready_delete_many
-DELETE FROM task_ready WHERE task_id IN (:task_ids)
-
 -- name: gate_insert
 INSERT INTO gates (id, tenant, environment, open, version, created_at, updated_at)
 VALUES (:id, :tenant, :environment, 1, 0, :now, :now)

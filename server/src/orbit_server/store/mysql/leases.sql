@@ -11,6 +11,14 @@ SELECT q.tenant, q.environment, q.name, q.paused, q.concurrency_limit, q.key_con
          ORDER BY fairness_key DESC LIMIT 1) AS last_key
   FROM queues q WHERE q.tenant = :tenant AND q.environment = :environment AND q.name = :queue
 
+-- name: ready_delete_many
+-- Row by row through the primary key, whatever the table's size: on a small claim range the
+-- optimizer would rather scan it, and a DELETE that scans waits for every row other claims
+-- hold (READ COMMITTED passes over locked rows that do not match only for UPDATE). A DELETE
+-- takes no index hint; the ids as a table, joined first, leave the optimizer no scan.
+DELETE r FROM JSON_TABLE(:task_ids_json, '$[*]' COLUMNS (task_id VARCHAR(40) PATH '$')) ids
+  STRAIGHT_JOIN task_ready r ON r.task_id = ids.task_id
+
 -- name: ready_first_fairness_key
 SELECT fairness_key FROM task_ready FORCE INDEX (task_ready_fair)
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND type = :type
@@ -46,7 +54,8 @@ SELECT task_id, priority, run_at, fairness_key, concurrency_key, handler_version
 SELECT id, open, version FROM gates WHERE id IN (:gate_ids) LOCK IN SHARE MODE
 
 -- name: key_permits_lock
-SELECT concurrency_key, active FROM key_permits
+-- By primary key whatever the table's size (a scan would wait for other keys' rows).
+SELECT concurrency_key, active FROM key_permits FORCE INDEX (PRIMARY)
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue
    AND concurrency_key IN (:keys)
  ORDER BY concurrency_key FOR UPDATE
@@ -117,7 +126,7 @@ SELECT k.concurrency_key, q.key_concurrency - k.active AS free,
 SELECT id, tenant, environment, queue, state, lease_epoch, lease_token, lease_expires_at,
        deadline_at, cancel_requested, gate_id, timeout_ms, concurrency_key, owner_kind, owner_id,
        event_seq, side_effect
-  FROM tasks WHERE id IN (:task_ids) ORDER BY id FOR UPDATE
+  FROM tasks FORCE INDEX (PRIMARY) WHERE id IN (:task_ids) ORDER BY id FOR UPDATE
 
 -- name: key_permits_insert_missing
 INSERT IGNORE INTO key_permits (tenant, environment, queue, concurrency_key, active, updated_at)
@@ -125,7 +134,7 @@ VALUES (:tenant, :environment, :queue, :concurrency_key, 0, :now)
 
 -- name: key_permits_lock_free
 -- Rows another transaction holds are skipped, not waited for.
-SELECT concurrency_key, active FROM key_permits
+SELECT concurrency_key, active FROM key_permits FORCE INDEX (PRIMARY)
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue
    AND concurrency_key IN (:keys)
  ORDER BY concurrency_key FOR UPDATE SKIP LOCKED

@@ -1,5 +1,8 @@
 -- SQLite runs every write unit under BEGIN IMMEDIATE: row locks are not needed.
 
+-- name: ready_delete_many
+DELETE FROM task_ready WHERE task_id IN (:task_ids)
+
 -- name: claim_outlook
 -- The queue, and whether a type has claimable work and over how many fairness keys (first =
 -- last: one): two index seeks a type, every type of a claim in one statement (a union).
