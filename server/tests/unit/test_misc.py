@@ -84,3 +84,18 @@ def test_printed_urls_use_a_reachable_host() -> None:
     assert public_host("::") == "[::1]"
     assert public_host("::1") == "[::1]"
     assert public_host("10.0.0.5") == "10.0.0.5"
+
+
+def test_the_server_collects_garbage_less_often_and_skips_what_startup_built() -> None:
+    import gc
+
+    from orbit_server.cli.serve import GC_THRESHOLDS, tune_gc
+
+    before = gc.get_threshold()
+    try:
+        tune_gc()
+        assert gc.get_threshold() == GC_THRESHOLDS and gc.get_threshold() != before
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
