@@ -99,3 +99,16 @@ def test_the_server_collects_garbage_less_often_and_skips_what_startup_built() -
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_store_times_are_naive_utc_and_come_back_aware() -> None:
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from orbit_server.store.base import to_db_time, utc
+
+    moment = datetime(2026, 3, 29, 1, 30, 0, 123456, tzinfo=UTC)
+    berlin = moment.astimezone(timezone(timedelta(hours=2)))
+    assert to_db_time(moment) == to_db_time(berlin) == datetime(2026, 3, 29, 1, 30, 0, 123456)
+    assert utc(to_db_time(berlin)) == moment and utc(berlin).tzinfo is UTC
+    with pytest.raises(ValueError, match="timezone-aware"):
+        to_db_time(datetime(2026, 3, 29, 1, 30))

@@ -163,6 +163,8 @@ def utc(moment: datetime) -> datetime:
 
 def to_db_time(moment: datetime) -> datetime:
     """Naive UTC with microseconds, the form both dialects store."""
+    if moment.tzinfo is UTC:  # the clock's own values: no conversion to compute
+        return moment.replace(tzinfo=None)
     if moment.tzinfo is None:
         raise ValueError("timestamps given to the store must be timezone-aware")
     return moment.astimezone(UTC).replace(tzinfo=None)
