@@ -181,7 +181,9 @@ def bind_listener(host: str, port: int) -> socket.socket:
     return sock
 
 
-GC_THRESHOLDS = (50_000, 20, 100)  # allocations before a young collection; then per older one
+# A young collection per 50,000 net allocations, a middle one per 20 young ones, a full one per
+# 100 middle ones at most (Python's defaults: 700, 10, 10).
+GC_THRESHOLDS = (50_000, 20, 100)
 
 
 def tune_gc() -> None:
