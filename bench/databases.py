@@ -88,10 +88,13 @@ class Databases:
         if self._harness is None and self.url is not None and name in self._made:
             self._made.remove(name)
             await _on_server(self.url, f"DROP DATABASE IF EXISTS `{_sibling(self.url, name)[0]}`")
-        else:
-            self.drop(name)
+        elif self._harness is not None:
+            self._harness.drop_database(name)
 
     def drop(self, name: str) -> None:
-        """Remove a run's database from the private server at once."""
-        if self._harness is not None:
+        """Remove a run's database at once, on either kind of server (call it outside an
+        event loop): a run must not find the pages of earlier runs in the buffer pool."""
+        if self._harness is None:
+            asyncio.run(self.drop_async(name))
+        else:
             self._harness.drop_database(name)
