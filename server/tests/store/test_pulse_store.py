@@ -138,14 +138,14 @@ async def test_a_claim_is_counted_only_within_the_concurrency_limit_of_an_open_q
     assert await db.run(unit) == ([True, False, True, False], (2, 0))
 
 
-@pytest.mark.covers("queue_add_counts", "key_permit_ensure", "key_permit_active")
+@pytest.mark.covers("queue_add_counts", "key_permits_ensure", "key_permit_active")
 async def test_counters_and_key_permits_move_by_deltas(db: Database, clock: FakeClock) -> None:
     async def unit(tx: Tx) -> tuple[int, int, int]:
         await store.queue_ensure(tx, SCOPE, "emails", clock.now())
         await store.queue_add_counts(tx, SCOPE, "emails", pending=5, now=clock.now())
         await store.queue_add_counts(tx, SCOPE, "emails", pending=-2, active=2, now=clock.now())
-        await store.key_permit_ensure(tx, SCOPE, "emails", "user-1", clock.now())
-        await store.key_permit_ensure(tx, SCOPE, "emails", "user-1", clock.now())  # idempotent
+        await store.key_permits_ensure(tx, SCOPE, "emails", ["user-1"], clock.now())
+        await store.key_permits_ensure(tx, SCOPE, "emails", ["user-1"], clock.now())  # idempotent
         await store.key_permits_add_many(tx, SCOPE, "emails", {"user-1": 2}, clock.now())
         await store.key_permits_add_many(tx, SCOPE, "emails", {"user-1": -1}, clock.now())
         queue = await store.queue_get(tx, SCOPE, "emails")
@@ -163,8 +163,7 @@ async def test_many_keys_move_by_their_own_deltas(db: Database, clock: FakeClock
     keys = ["a", "b", "c", "d"]
 
     async def unit(tx: Tx) -> list[int]:
-        for key in keys:
-            await store.key_permit_ensure(tx, SCOPE, "emails", key, clock.now())
+        await store.key_permits_ensure(tx, SCOPE, "emails", keys, clock.now())
         await store.key_permits_add_many(
             tx, SCOPE, "emails", {"a": 2, "b": 2, "c": 1, "d": 0}, clock.now()
         )

@@ -19,6 +19,7 @@ from orbit_server.store.pulse import (
     TaskEventRecord,
     TaskRecord,
     attempt_from_row,
+    key_permits_ensure,
     queue_from_row,
     task_event_params,
     task_from_row,
@@ -253,7 +254,7 @@ async def key_permits_lock(
     found = {str(r["concurrency_key"]): int(r["active"]) for r in rows}
     missing = [key for key in ordered if key not in found]
     if missing:
-        await _permits_insert(tx, scope, queue, missing, now)
+        await key_permits_ensure(tx, scope, queue, missing, now)
         rows = await tx.fetch_all("key_permits_lock", {**params, "keys": missing})
         found.update({str(r["concurrency_key"]): int(r["active"]) for r in rows})
     return found
@@ -273,18 +274,9 @@ async def key_permits_lock_free(
     existing = {
         str(r["concurrency_key"]) for r in await tx.fetch_all("key_permits_existing", params)
     }
-    await _permits_insert(tx, scope, queue, [key for key in ordered if key not in existing], now)
+    await key_permits_ensure(tx, scope, queue, [k for k in ordered if k not in existing], now)
     rows = await tx.fetch_all("key_permits_lock_free", params)
     return {str(r["concurrency_key"]): int(r["active"]) for r in rows}
-
-
-async def _permits_insert(
-    tx: Tx, scope: Scope, queue: str, keys: Sequence[str], now: datetime
-) -> None:
-    """Create the permit rows (count 0) of ``keys`` that do not exist, in one statement."""
-    if keys:
-        rows = [{**_scope(scope), "queue": queue, "concurrency_key": k, "now": now} for k in keys]
-        await tx.execute_many("key_permits_insert_missing", rows)
 
 
 async def ready_of_keys(tx: Tx, scope: Scope, queue: str, keys: Sequence[str]) -> set[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -288,20 +287,15 @@ async def queue_take_active_within(tx: Tx, scope: Scope, name: str, n: int, now:
     return changed > 0
 
 
-async def key_permit_ensure(
-    tx: Tx, scope: Scope, queue: str, concurrency_key: str, now: datetime
+async def key_permits_ensure(
+    tx: Tx, scope: Scope, queue: str, keys: Sequence[str], now: datetime
 ) -> None:
-    """Create a concurrency key's permit row (count 0) unless it exists."""
-    with contextlib.suppress(DuplicateKey):
-        await tx.execute(
-            "key_permit_insert",
-            {
-                **_scope_params(scope),
-                "queue": queue,
-                "concurrency_key": concurrency_key,
-                "now": now,
-            },
-        )
+    """Create the permit rows (count 0) of those concurrency keys that have none, in one
+    statement; rows that exist are left as they are."""
+    if keys:
+        params = {**_scope_params(scope), "queue": queue, "now": now}
+        rows = [{**params, "concurrency_key": key} for key in keys]
+        await tx.execute_many("key_permits_insert_missing", rows)
 
 
 async def key_permit_active(tx: Tx, scope: Scope, queue: str, concurrency_key: str) -> int:

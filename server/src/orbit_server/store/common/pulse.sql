@@ -157,10 +157,6 @@ UPDATE key_permits SET active = active + :delta, updated_at = :now
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue
    AND concurrency_key IN (:keys)
 
--- name: key_permit_insert
-INSERT INTO key_permits (tenant, environment, queue, concurrency_key, active, updated_at)
-VALUES (:tenant, :environment, :queue, :concurrency_key, 0, :now)
-
 -- name: key_permit_get
 SELECT active FROM key_permits
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue

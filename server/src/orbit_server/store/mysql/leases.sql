@@ -128,10 +128,6 @@ SELECT id, tenant, environment, queue, state, lease_epoch, lease_token, lease_ex
        event_seq, side_effect
   FROM tasks FORCE INDEX (PRIMARY) WHERE id IN (:task_ids) ORDER BY id FOR UPDATE
 
--- name: key_permits_insert_missing
-INSERT IGNORE INTO key_permits (tenant, environment, queue, concurrency_key, active, updated_at)
-VALUES (:tenant, :environment, :queue, :concurrency_key, 0, :now)
-
 -- name: key_permits_lock_free
 -- Rows another transaction holds are skipped, not waited for.
 SELECT concurrency_key, active FROM key_permits FORCE INDEX (PRIMARY)

@@ -120,10 +120,6 @@ SELECT id, tenant, environment, queue, state, lease_epoch, lease_token, lease_ex
        event_seq, side_effect
   FROM tasks WHERE id IN (:task_ids) ORDER BY id
 
--- name: key_permits_insert_missing
-INSERT OR IGNORE INTO key_permits (tenant, environment, queue, concurrency_key, active, updated_at)
-VALUES (:tenant, :environment, :queue, :concurrency_key, 0, :now)
-
 -- name: key_permits_lock_free
 -- One writer at a time: no row is held by another transaction.
 SELECT concurrency_key, active FROM key_permits

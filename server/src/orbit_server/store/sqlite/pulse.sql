@@ -36,3 +36,7 @@ UPDATE tasks SET idempotency_key = NULL, request_hash = NULL
 DELETE FROM key_permits
  WHERE rowid IN (SELECT rowid FROM key_permits WHERE active = 0 AND updated_at < :before
                   LIMIT :limit)
+
+-- name: key_permits_insert_missing
+INSERT OR IGNORE INTO key_permits (tenant, environment, queue, concurrency_key, active, updated_at)
+VALUES (:tenant, :environment, :queue, :concurrency_key, 0, :now)
