@@ -12,7 +12,14 @@ from orbit_server.gateway.endpoint import Gateway
 from orbit_server.governance.service import AuditService, KeyService
 from orbit_server.observability.metrics import Metrics
 from orbit_server.pulse.gates import GateService
-from orbit_server.pulse.loops import recovery_loop, retention_loop, settled_watch_loop
+from orbit_server.pulse.loops import (
+    recovery_loop,
+    retention_loop,
+    scheduler_loop,
+    settled_watch_loop,
+)
+from orbit_server.pulse.schedule_service import ScheduleService
+from orbit_server.pulse.scheduler import PassReport, Scheduler
 from orbit_server.pulse.service import QueueService, TaskService
 from orbit_server.pulse.sessions import SessionService
 from orbit_server.pulse.watch import TaskWatch
@@ -79,13 +86,30 @@ async def build_node(
         "settled-watch",
         lambda: settled_watch_loop(tasks.notify_settled, watch.someone_waits),
     )
+    scheduler = Scheduler(
+        db, clock, tasks, misfire_ms=settings.schedule_misfire_ms,
+        batch=settings.schedule_batch, backfill_budget=settings.schedule_backfill_budget,
+    )  # fmt: skip
+    schedules = ScheduleService(db, clock, audit_writer, tasks)
+    if settings.has_role(ServerRole.SCHEDULER):
+        schedules.wake = scheduler.wake
+
+    def report(done: PassReport) -> None:
+        for outcome, count in done.outcomes.items():
+            metrics.schedule_fires.labels(outcome).inc(count)
+        for lag in done.lags:
+            metrics.schedule_fire_lag.observe(lag)
+
+    supervisor.register(
+        ServerRole.SCHEDULER, "scheduler", lambda: scheduler_loop(scheduler, report)
+    )
     sessions = SessionService(
         db, clock, node=settings.node_id, seen_window_ms=3 * settings.heartbeat_ms
     )
     supervisor.register(
         ServerRole.RECOVERY,
         "retention",
-        lambda: retention_loop(lambda: prune_history(tasks, sessions, settings)),
+        lambda: retention_loop(lambda: prune_history(tasks, schedules, sessions, settings)),
     )
     return Node(
         settings=settings,
@@ -102,17 +126,22 @@ async def build_node(
         queues=QueueService(db, clock, audit_writer),
         workers=workers,
         gates=GateService(db, clock),
+        schedules=schedules,
+        scheduler=scheduler,
         sessions=sessions,
         watch=watch,
         submit_limiter=RateLimiter(settings.submit_rate_per_key, settings.submit_burst_per_key),
     )
 
 
-async def prune_history(tasks: TaskService, sessions: SessionService, settings: Settings) -> int:
-    """One retention pass: finished tasks, then closed worker sessions."""
+async def prune_history(
+    tasks: TaskService, schedules: ScheduleService, sessions: SessionService, settings: Settings
+) -> int:
+    """One retention pass: finished tasks, schedules' fire ledgers, closed worker sessions."""
     removed = await tasks.prune_finished(
         settings.result_retention_ms, idempotency_ms=settings.idempotency_retention_ms
     )
+    removed += await schedules.prune_fires(settings.result_retention_ms)
     return removed + await sessions.prune(settings.result_retention_ms)
 
 

@@ -117,6 +117,18 @@ class Settings:
     idempotency_retention_ms: int = _setting(
         7 * 86_400_000, "How long an idempotency key keeps answering with its task", minimum=60_000
     )
+    schedule_misfire_ms: int = _setting(
+        60_000,
+        "A due schedule slot this late is missed (its catch-up policy decides) even when no "
+        "later slot is due yet",
+        minimum=1000,
+    )
+    schedule_batch: int = _setting(
+        500, "Most schedules one scheduler transaction fires or records", minimum=1
+    )
+    schedule_backfill_budget: int = _setting(
+        500, "Most slots one step of a backfill handles", minimum=1
+    )
     audit_retention_ms: int = _setting(
         365 * 86_400_000, "How long audit records are kept", minimum=86_400_000
     )

@@ -13,7 +13,7 @@ from orbit_server import __version__
 from orbit_server.api.auth import authenticate
 from orbit_server.api.errors import handle_exception
 from orbit_server.api.middleware import OrbitHTTPMiddleware
-from orbit_server.api.routes import audit, health, keys, queues, tasks
+from orbit_server.api.routes import audit, health, keys, queues, schedules, tasks
 from orbit_server.config import ServerRole, Settings
 from orbit_server.runtime.node import Node
 
@@ -41,6 +41,18 @@ API_ROUTES: list[Any] = [
     tasks.resolve_task,
     queues.list_queues,
     queues.update_queue,
+    schedules.create_schedule,
+    schedules.list_schedules,
+    schedules.get_schedule,
+    schedules.update_schedule,
+    schedules.delete_schedule,
+    schedules.pause_schedule,
+    schedules.resume_schedule,
+    schedules.trigger_schedule,
+    schedules.backfill_schedule,
+    schedules.list_backfills,
+    schedules.get_backfill,
+    schedules.list_fires,
 ]
 
 

@@ -27,14 +27,14 @@ class RetryIn(Request):
     max_backoff_ms: Annotated[int, msgspec.Meta(ge=0, le=86_400_000)] = 60_000
 
 
-class TaskSubmit(Request):
+class TaskTemplate(Request):
+    """What a task is, without when it first runs or its identity: a schedule's template,
+    and the base of a submission."""
+
     queue: Name
     type: Name
     params: Any = msgspec.field(default_factory=dict)
-    idempotency_key: Key | None = None
     priority: Annotated[int, msgspec.Meta(ge=-1_000_000, le=1_000_000)] = 0
-    delay_ms: Annotated[int, msgspec.Meta(ge=0, le=366 * 86_400_000)] = 0
-    run_at: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
     retry: RetryIn | None = None
     timeout_ms: Annotated[int, msgspec.Meta(ge=1000)] | None = None
     concurrency_key: Key | None = None
@@ -50,6 +50,12 @@ class TaskSubmit(Request):
         ],
         msgspec.Meta(max_length=32),
     ] = msgspec.field(default_factory=dict)
+
+
+class TaskSubmit(TaskTemplate):
+    idempotency_key: Key | None = None
+    delay_ms: Annotated[int, msgspec.Meta(ge=0, le=366 * 86_400_000)] = 0
+    run_at: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
 
 
 class TaskBatch(Request):

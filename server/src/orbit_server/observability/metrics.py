@@ -71,5 +71,19 @@ class Metrics:
             registry=r,
         )  # fmt: skip
 
+        self.schedule_fires = Counter(
+            "orbit_schedule_fires_total",
+            "Schedule slots recorded in the fire ledger, by outcome (fired, skipped, missed, "
+            "paused, queued)",
+            ["outcome"],
+            registry=r,
+        )
+        self.schedule_fire_lag = Histogram(
+            "orbit_schedule_fire_lag_seconds",
+            "From a schedule slot's fire time to the commit of its task",
+            buckets=(*fast, 10, 30, 60),
+            registry=r,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

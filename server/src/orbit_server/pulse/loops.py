@@ -11,6 +11,7 @@ import structlog
 
 from orbit_server.errors import Unavailable
 from orbit_server.pulse.admission import KeyAdmissions
+from orbit_server.pulse.scheduler import PassReport, Scheduler
 from orbit_server.pulse.worker import WorkerService
 
 log = structlog.get_logger("orbit.pulse")
@@ -61,3 +62,36 @@ async def retention_loop(prune: Callable[[], Awaitable[int]], *, interval_s: flo
             removed = 0
         if removed == 0:
             await asyncio.sleep(interval_s)
+
+
+async def scheduler_loop(
+    scheduler: Scheduler,
+    report: Callable[[PassReport], None],
+    *,
+    refresh_s: float = 5.0,
+    retry_s: float = 1.0,
+) -> None:
+    """Fire due schedules and step backfills; between passes wait for the earliest due time
+    (read from the due index after every pass), for a local change, or ``refresh_s`` — the
+    longest a change made through another node waits to be seen. While the database is down
+    the loop decides nothing and tries again every ``retry_s`` (O2)."""
+    while True:
+        scheduler.changed.clear()  # a change from here on wakes the wait below
+        try:
+            due = await scheduler.run_due()
+            filled = await scheduler.run_backfills()
+            report(due)
+            report(filled)
+            if due.handled >= scheduler.batch or filled.handled:
+                continue  # a full pass: more may be due now
+            next_due = await scheduler.next_due()
+        except Unavailable as exc:
+            log.warning("scheduler pass skipped: database unavailable", reason=exc.message)
+            await asyncio.sleep(retry_s)
+            continue
+        wait_s = refresh_s
+        if next_due is not None:
+            wait_s = min(refresh_s, max(0.0, (next_due - scheduler.now()).total_seconds()))
+        if wait_s > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(scheduler.changed.wait(), wait_s)

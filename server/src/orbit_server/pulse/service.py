@@ -95,16 +95,7 @@ class TaskService:
     async def submit_many(self, scope: Scope, specs: Sequence[TaskSpec]) -> list[Submitted]:
         """All in one transaction: every task is created (or replayed), or none is."""
         now = self._clock.now()
-        tasks = [
-            new_task(
-                spec,
-                task_id=new_id(),
-                scope=scope,
-                now=now,
-                default_timeout_ms=self._default_timeout_ms,
-            )
-            for spec in specs
-        ]
+        tasks = self.build(scope, specs, now)
 
         reservation = self._reserve(scope, tasks, now)
         if reservation is not None:
@@ -117,16 +108,36 @@ class TaskService:
 
         async def unit(tx: Tx) -> list[Submitted]:
             notes.clear()  # a unit run again writes its notes again
-            return await self._submit_unit(tx, scope, tasks, now, notes)
+            return await self.create_in(tx, scope, tasks, now, notes)
 
         submitted = await self._db.run(unit)
-        await self.admissions.finish(notes)
+        await self.announce(scope, submitted, notes)
+        return submitted
+
+    def build(self, scope: Scope, specs: Sequence[TaskSpec], now: datetime) -> list[TaskRecord]:
+        """The tasks ``specs`` ask for, each with a new id, as of ``now``."""
+        return [
+            new_task(
+                spec,
+                task_id=new_id(),
+                scope=scope,
+                now=now,
+                default_timeout_ms=self._default_timeout_ms,
+            )
+            for spec in specs
+        ]
+
+    async def announce(
+        self, scope: Scope, submitted: Sequence[Submitted], notes: Sequence[AdmissionNote]
+    ) -> None:
+        """After the commit of :meth:`create_in`: admit the keys it left to admit (decision
+        0012) and wake the node's dispatch and waiters."""
+        await self.admissions.finish(list(notes))
         for queue in {item.task.queue for item in submitted if item.created}:
             self._watch.notify_queue(scope, queue, work=True)
         for item in submitted:
             if item.created:
                 self._watch.notify(item.task.id)
-        return submitted
 
     def _reserve(
         self, scope: Scope, tasks: Sequence[TaskRecord], now: datetime
@@ -179,7 +190,7 @@ class TaskService:
                                   leased.lease_expires_at))  # fmt: skip
         return leased
 
-    async def _submit_unit(
+    async def create_in(
         self,
         tx: Tx,
         scope: Scope,
@@ -187,6 +198,10 @@ class TaskService:
         now: datetime,
         notes: list[AdmissionNote],
     ) -> list[Submitted]:
+        """Create (or replay) ``tasks`` of one scope in the caller's transaction — a submit's,
+        or another use case's that makes tasks with its own change (schedules, workflows).
+        Admission notes for keys admitted after the commit go to ``notes``; after the commit,
+        the caller passes them and the answer to :meth:`announce`."""
         results: list[Submitted | None] = [None] * len(tasks)
         first_of_key: dict[str, int] = {}
         repeats: dict[int, int] = {}  # a key used twice in one batch: index -> first index

@@ -10,6 +10,8 @@ from orbit_server.config import Settings
 from orbit_server.governance.service import AuditService, KeyService
 from orbit_server.observability.metrics import Metrics
 from orbit_server.pulse.gates import GateService
+from orbit_server.pulse.schedule_service import ScheduleService
+from orbit_server.pulse.scheduler import Scheduler
 from orbit_server.pulse.service import QueueService, TaskService
 from orbit_server.pulse.sessions import SessionService
 from orbit_server.pulse.watch import TaskWatch
@@ -36,6 +38,8 @@ class Node:
     queues: QueueService
     workers: WorkerService
     gates: GateService
+    schedules: ScheduleService
+    scheduler: Scheduler  # its loop runs with the scheduler role
     sessions: SessionService
     watch: TaskWatch
     submit_limiter: RateLimiter

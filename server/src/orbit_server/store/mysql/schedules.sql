@@ -1,0 +1,30 @@
+-- name: schedule_lock
+SELECT * FROM schedules WHERE tenant = :tenant AND environment = :environment AND name = :name
+   FOR UPDATE
+
+-- name: schedules_due_lock
+-- Due schedules, oldest due first; rows another node's pass holds are passed over, so that
+-- passes on several nodes split the due work instead of queueing behind each other.
+SELECT * FROM schedules FORCE INDEX (schedules_due)
+ WHERE due_at <= :now ORDER BY due_at LIMIT :limit FOR UPDATE SKIP LOCKED
+
+-- name: schedules_advance
+-- One statement for a pass's schedules: their new positions as a JSON table joined by id.
+UPDATE JSON_TABLE(:rows_json, '$[*]' COLUMNS (
+         id VARCHAR(40) PATH '$.id',
+         next_fire_at DATETIME(6) PATH '$.next_fire_at',
+         due_at DATETIME(6) PATH '$.due_at',
+         last_fire_at DATETIME(6) PATH '$.last_fire_at',
+         last_task_id VARCHAR(40) PATH '$.last_task_id',
+         queued_fire_at DATETIME(6) PATH '$.queued_fire_at')) p
+  STRAIGHT_JOIN schedules s ON s.id = p.id
+   SET s.next_fire_at = p.next_fire_at, s.due_at = p.due_at, s.last_fire_at = p.last_fire_at,
+       s.last_task_id = p.last_task_id, s.queued_fire_at = p.queued_fire_at,
+       s.updated_at = :now
+
+-- name: backfills_running_lock
+SELECT * FROM schedule_backfills FORCE INDEX (schedule_backfills_state)
+ WHERE state = 'running' ORDER BY state, created_at LIMIT :limit FOR UPDATE SKIP LOCKED
+
+-- name: fires_prune
+DELETE FROM schedule_fires WHERE recorded_at < :before ORDER BY recorded_at LIMIT :limit
