@@ -101,7 +101,9 @@ async def build_node(
             metrics.schedule_fire_lag.observe(lag)
 
     supervisor.register(
-        ServerRole.SCHEDULER, "scheduler", lambda: scheduler_loop(scheduler, report)
+        ServerRole.SCHEDULER,
+        "scheduler",
+        lambda: scheduler_loop(scheduler, report, lanes=2 if db.dialect == "mysql" else 1),
     )
     sessions = SessionService(
         db, clock, node=settings.node_id, seen_window_ms=3 * settings.heartbeat_ms

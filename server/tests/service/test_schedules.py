@@ -415,3 +415,13 @@ async def test_retention_forgets_old_ledger_rows(node: Node, clock: FakeClock) -
     before = len(await ledger(node, "hourly"))
     assert await node.schedules.prune_fires(7 * 86_400_000) == 1  # slot 1 alone is old
     assert len(await ledger(node, "hourly")) == before - 1
+
+
+async def test_an_interval_without_start_counts_from_the_creation(
+    node: Node, clock: FakeClock
+) -> None:
+    clock.advance(12_345.678)  # created at an odd moment: the first fire one interval later
+    await create(node, "tick", every(60))
+    view = await node.schedules.get(SCOPE, "tick", preview_count=2)
+    # Counted from the creation to the millisecond.
+    assert view.preview == [START + timedelta(seconds=72.345), START + timedelta(seconds=132.345)]

@@ -68,22 +68,27 @@ async def scheduler_loop(
     scheduler: Scheduler,
     report: Callable[[PassReport], None],
     *,
+    lanes: int = 1,
     refresh_s: float = 5.0,
     retry_s: float = 1.0,
 ) -> None:
     """Fire due schedules and step backfills; between passes wait for the earliest due time
     (read from the due index after every pass), for a local change, or ``refresh_s`` — the
-    longest a change made through another node waits to be seen. While the database is down
-    the loop decides nothing and tries again every ``retry_s`` (O2)."""
+    longest a change made through another node waits to be seen. After a full pass, ``lanes``
+    passes run at once (they lock disjoint schedules), until none is full. While the database
+    is down the loop decides nothing and tries again every ``retry_s`` (O2)."""
+    width = 1
     while True:
         scheduler.changed.clear()  # a change from here on wakes the wait below
         try:
-            due = await scheduler.run_due()
+            dues = await _together([scheduler.run_due for _ in range(width)])
             filled = await scheduler.run_backfills()
-            report(due)
-            report(filled)
-            if due.handled >= scheduler.batch or filled.handled:
+            for done in (*dues, filled):
+                report(done)
+            if filled.handled or any(d.handled >= scheduler.batch for d in dues):
+                width = lanes
                 continue  # a full pass: more may be due now
+            width = 1
             next_due = await scheduler.next_due()
         except Unavailable as exc:
             log.warning("scheduler pass skipped: database unavailable", reason=exc.message)
@@ -95,3 +100,14 @@ async def scheduler_loop(
         if wait_s > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(scheduler.changed.wait(), wait_s)
+
+
+async def _together(calls: list[Callable[[], Awaitable[PassReport]]]) -> list[PassReport]:
+    """Run the calls at once; the first failure is raised once all have ended."""
+    if len(calls) == 1:
+        return [await calls[0]()]
+    done = await asyncio.gather(*(call() for call in calls), return_exceptions=True)
+    for item in done:
+        if isinstance(item, BaseException):
+            raise item
+    return [item for item in done if isinstance(item, PassReport)]

@@ -63,9 +63,9 @@ def definition_of(s: ScheduleRecord) -> Definition:
     )
 
 
-def compiled(definition: Definition) -> Timing:
+def compiled(definition: Definition, created_at: datetime) -> Timing:
     try:
-        return definition.check()
+        return definition.check(created_at)
     except (InvalidTiming, ValueError) as exc:
         raise InvalidRequest(str(exc)) from None
 
@@ -93,8 +93,8 @@ class ScheduleService:
     ) -> tuple[ScheduleRecord, bool]:
         """The new schedule and True; the existing one and False when a schedule of that name
         has the same definition; ``409 already_exists`` when its definition differs."""
-        timing = compiled(definition)
         now = self._clock.now()
+        timing = compiled(definition, now)
         nxt = first_slot(timing, now, definition.start_at, definition.end_at)
         record = ScheduleRecord(
             id=new_id("sch_"), scope=scope, name=name, version=1,
@@ -146,7 +146,7 @@ class ScheduleService:
             if not 1 <= preview_count <= MAX_PREVIEW:
                 raise InvalidRequest(f"preview must be between 1 and {MAX_PREVIEW}")
             s = view.schedule
-            timing = compiled(definition_of(s))
+            timing = compiled(definition_of(s), s.created_at)
             times = preview(timing, self._clock.now(), s.start_at, s.end_at, preview_count)
             view = dataclasses.replace(view, preview=times)
         return view
@@ -214,7 +214,7 @@ class ScheduleService:
                 k: v for k, v in changes.items() if k not in ("cron", "timezone", "interval_ms")
             }
             after = dataclasses.replace(before, timing=timing, **rest)
-            new_timing = compiled(after)
+            new_timing = compiled(after, s.created_at)
             changed = {
                 field: {"from": value, "to": _described(after)[field]}
                 for field, value in _described(before).items()

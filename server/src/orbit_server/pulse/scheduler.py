@@ -22,10 +22,11 @@ from datetime import datetime, timedelta
 import structlog
 
 from orbit_server.clock import Clock
-from orbit_server.pulse.fire_times import InvalidTiming
+from orbit_server.pulse.fire_times import InvalidTiming, Timing
 from orbit_server.pulse.model import Owner
 from orbit_server.pulse.schedule_service import definition_of
 from orbit_server.pulse.schedules import (
+    Catchup,
     Cause,
     Outcome,
     Overlap,
@@ -46,6 +47,7 @@ from orbit_server.store.schedules import BackfillRecord, FireRecord, Position, S
 
 log = structlog.get_logger("orbit.scheduler")
 
+TIMINGS_KEPT = 100_000
 UNSETTLED = (TaskState.SCHEDULED, TaskState.PENDING, TaskState.LEASED, TaskState.RUNNING)
 
 
@@ -89,6 +91,7 @@ class Scheduler:
         self.batch = batch
         self.backfill_budget = backfill_budget
         self._slots = slots_per_schedule
+        self._timings: dict[tuple[str, int], Timing] = {}
         self.changed = asyncio.Event()  # a local change: look again before the next due time
 
     def wake(self) -> None:
@@ -96,6 +99,16 @@ class Scheduler:
 
     def now(self) -> datetime:
         return self._clock.now()
+
+    def _timing(self, s: ScheduleRecord) -> Timing:
+        """The schedule's compiled timing; kept per version, as a version never changes."""
+        key = (s.id, s.version)
+        timing = self._timings.get(key)
+        if timing is None:
+            if len(self._timings) >= TIMINGS_KEPT:
+                self._timings.clear()
+            timing = self._timings[key] = definition_of(s).check(s.created_at)
+        return timing
 
     # -- due schedules -------------------------------------------------------------------------
 
@@ -118,7 +131,7 @@ class Scheduler:
             positions: list[Position] = []
             for s in schedules:
                 try:
-                    timing = definition_of(s).check()
+                    timing = self._timing(s)
                 except (InvalidTiming, ValueError) as exc:  # e.g. a zone the system lost
                     log.error("schedule cannot be planned", schedule=s.name, reason=str(exc))
                     positions.append(Position(s.id, s.next_fire_at, None, s.last_fire_at,
@@ -126,7 +139,7 @@ class Scheduler:
                     continue
                 plan = plan_pass(
                     PassInput(
-                        timing=timing, end_at=s.end_at, catchup=definition_of(s).catchup,
+                        timing=timing, end_at=s.end_at, catchup=Catchup(s.catchup),
                         catchup_max=s.catchup_max, overlap=Overlap(s.overlap), paused=s.paused,
                         next_fire_at=s.next_fire_at, queued_fire_at=s.queued_fire_at,
                         previous_running=s.last_task_id in running,
@@ -212,7 +225,7 @@ class Scheduler:
                 await sstore.backfill_update(tx, _finished(backfill, "cancelled", now))
                 return
             s = await sstore.schedule_get(tx, s.scope, s.name, lock=True) or s
-            timing = definition_of(s).check()
+            timing = self._timing(s)
             # Slots from the schedule's next fire on are the due passes' to decide.
             end = min_time(backfill.to_at, s.next_fire_at)
             slots = backfill_slots(

@@ -10,7 +10,7 @@ once across nodes and restarts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -19,7 +19,6 @@ from orbit_server.pulse.model import Owner, TaskSpec
 from orbit_server.pulse.retry import RetryPolicy
 from orbit_server.pulse.states import SideEffect
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_CATCHUP = 1000
 # A slot is never missed while it is at most this late, whatever the catch-up policy: a pass
 # that starts a little after a slot is a normal pass, not an outage.
@@ -64,15 +63,18 @@ class TimingSpec:
     timezone: str
     interval_ms: int | None
 
-    def compile(self, start_at: datetime | None) -> Timing:
+    def compile(self, start_at: datetime | None, created_at: datetime) -> Timing:
         """The fire-time timing; raises ``InvalidTiming`` with a reason. Intervals count from
-        ``start_at``, else from the Unix epoch (whole multiples of the interval)."""
+        ``start_at``, else from the schedule's creation (to the millisecond): schedules made
+        at different times fire at different times, and the first fire of a new schedule
+        comes one interval after it was made."""
         if (self.cron is None) == (self.interval_ms is None):
             raise ValueError("give exactly one of cron and interval_ms")
         if self.cron is not None:
             return cron(self.cron, self.timezone)
         assert self.interval_ms is not None
-        return interval(timedelta(milliseconds=self.interval_ms), start_at or EPOCH)
+        anchor = start_at or created_at.replace(microsecond=created_at.microsecond // 1000 * 1000)
+        return interval(timedelta(milliseconds=self.interval_ms), anchor)
 
 
 def first_slot(
@@ -168,7 +170,7 @@ def plan_pass(s: PassInput, now: datetime, *, misfire: timedelta, budget: int) -
     caught_up: set[int] = set()
     if not more_due:  # the newest missed slots are in this pass
         keep = {Catchup.SKIP: 0, Catchup.LATEST: 1, Catchup.ALL: s.catchup_max}[s.catchup]
-        caught_up = set(missed[len(missed) - keep :]) if keep else set()
+        caught_up = set(missed[-keep:]) if keep else set()
     missed_set = set(missed)
     for i, t in enumerate(due):
         if i in missed_set and i not in caught_up:
@@ -217,13 +219,14 @@ class Definition:
     start_at: datetime | None = None
     end_at: datetime | None = None
 
-    def check(self) -> Timing:
-        """The compiled timing; raises ``InvalidTiming`` or ``ValueError`` with a reason."""
+    def check(self, created_at: datetime) -> Timing:
+        """The compiled timing of a schedule made at ``created_at``; raises
+        ``InvalidTiming`` or ``ValueError`` with a reason."""
         if not 1 <= self.catchup_max <= MAX_CATCHUP:
             raise ValueError(f"catchup_max must be between 1 and {MAX_CATCHUP}")
         if self.start_at is not None and self.end_at is not None and self.end_at <= self.start_at:
             raise ValueError("end_at must be after start_at")
-        return self.timing.compile(self.start_at)
+        return self.timing.compile(self.start_at, created_at)
 
 
 def task_spec(template: dict[str, Any], owner: Owner) -> TaskSpec:

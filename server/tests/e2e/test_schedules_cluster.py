@@ -1,0 +1,146 @@
+"""Three server processes on one MariaDB run a one-second schedule: every slot fires exactly
+once; with every server stopped for 10 s, the missed slots follow the catch-up policy."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any
+
+import httpx2
+import pytest
+
+from tests.support.databases import MySQLServerForTests
+from tests.support.processes import OrbitProcess, run_orbit
+
+RUN_S = 60.0
+OUTAGE_S = 10.0
+CATCHUP_MAX = 3
+
+
+@pytest.fixture
+async def database(mysql_server: MySQLServerForTests) -> AsyncIterator[str]:
+    name = await mysql_server.create()
+    try:
+        yield mysql_server.url_for(name)
+    finally:
+        await mysql_server.drop(name)
+
+
+def start_servers(url: str, run: int) -> list[tuple[OrbitProcess, str]]:
+    servers = [
+        OrbitProcess(
+            ["server", "--port", "0", "--host", "127.0.0.1"],
+            env={"ORBIT_DATABASE_URL": url, "ORBIT_NODE_ID": f"node-{run}-{i}"},
+        )
+        for i in range(3)
+    ]
+    return [(server, server.wait_for("ORBIT_URL")["ORBIT_URL"]) for server in servers]
+
+
+def stop_all(servers: list[tuple[OrbitProcess, str]]) -> None:
+    for server, _ in servers:  # all at once: the outage starts together
+        server.proc.send_signal(signal.SIGTERM)
+    for server, _ in servers:
+        server.proc.wait(timeout=30)
+        assert server.stop() == 0, server.stderr[-2000:]
+
+
+def whole_ledger(client: httpx2.Client, auth: dict[str, str]) -> list[dict[str, Any]]:
+    fires: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"limit": 500}
+        if cursor:
+            params["cursor"] = cursor
+        page = client.get("/v1/schedules/tick/fires", params=params, headers=auth).json()
+        fires += page["items"]
+        cursor = page["next_cursor"]
+        if not cursor:
+            return fires[::-1]  # oldest first
+
+
+def task_ids(client: httpx2.Client, auth: dict[str, str]) -> list[str]:
+    found: list[str] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"queue": "ticks", "limit": 500}
+        if cursor:
+            params["cursor"] = cursor
+        page = client.get("/v1/tasks", params=params, headers=auth).json()
+        found += [t["id"] for t in page["items"]]
+        cursor = page["next_cursor"]
+        if not cursor:
+            return found
+
+
+def seconds(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def test_three_servers_fire_each_slot_once_and_catch_up_after_an_outage(database: str) -> None:
+    env = {"ORBIT_DATABASE_URL": database}
+    assert run_orbit("migrate", env=env).code == 0
+    created = run_orbit(
+        "keys", "create", "--tenant", "acme", "--environment", "prod", "--role", "operator",
+        env=env,
+    )  # fmt: skip
+    auth = {"Authorization": f"Bearer {created.stdout.strip().splitlines()[-1]}"}
+    servers = start_servers(database, 1)
+    try:
+        with httpx2.Client(base_url=servers[0][1], timeout=10) as client:
+            answer = client.post(
+                "/v1/schedules",
+                json={
+                    "name": "tick", "interval_ms": 1000, "overlap": "allow", "catchup": "all",
+                    "catchup_max": CATCHUP_MAX, "task": {"queue": "ticks", "type": "tick"},
+                },
+                headers=auth,
+            )  # fmt: skip
+            assert answer.status_code == 201, answer.text
+            time.sleep(RUN_S)  # the schedule runs on its own: this is the run being observed
+    finally:
+        stopped_at = time.time()
+        stop_all(servers)
+    time.sleep(OUTAGE_S)  # every server down: the slots of this time come due unseen
+    restarted_at = time.time()
+    servers = start_servers(database, 2)
+    try:
+        with httpx2.Client(base_url=servers[1][1], timeout=10) as client:
+            deadline = time.monotonic() + 30
+            while True:  # until on-time slots after the restart are in the ledger
+                fires = whole_ledger(client, auth)
+                if seconds(fires[-1]["fire_time"]) >= restarted_at + 3:
+                    break
+                assert time.monotonic() < deadline, fires[-5:]
+                time.sleep(0.5)
+            tasks = task_ids(client, auth)
+    finally:
+        stop_all(servers)
+
+    times = [seconds(f["fire_time"]) for f in fires]
+    assert times == [times[0] + i for i in range(len(times))]  # every slot once, none left out
+    fired = [f for f in fires if f["outcome"] == "fired"]
+    assert sorted(tasks) == sorted(f["task_id"] for f in fired)  # one task per fired slot
+    assert len(set(tasks)) == len(tasks)
+    kinds = [(f["outcome"], f["cause"]) for f in fires]
+    on_time = ("fired", "schedule")
+    first_late = kinds.index(next(k for k in kinds if k != on_time))
+    back = first_late + kinds[first_late:].index(on_time)
+    first_run, late, after = fires[:first_late], fires[first_late:back], fires[back:]
+    assert seconds(first_run[-1]["fire_time"]) >= stopped_at - 1.5  # on time until the stop
+    assert len(first_run) >= RUN_S - 2
+    assert len(late) >= OUTAGE_S  # the slots of the outage, and of the restart, came due unseen
+    assert (
+        kinds[first_late:back]
+        == [("missed", "schedule")] * (len(late) - CATCHUP_MAX)
+        + [("fired", "catchup")] * CATCHUP_MAX
+    )  # the newest catchup_max of them fired, the older ones are recorded missed
+    assert seconds(after[0]["fire_time"]) > restarted_at
+    assert set(kinds[back:]) == {on_time}
+    print(
+        f"{len(first_run)} slots in {RUN_S:.0f} s fired once each; after the outage: "
+        f"{len(late) - CATCHUP_MAX} missed, {CATCHUP_MAX} caught up, {len(after)} on time"
+    )
