@@ -1,9 +1,10 @@
 """Orbit Python SDK: clients for Orbit's HTTP API.
 
 ``Client`` and ``AsyncClient`` talk to an Orbit server: submit, read, wait for, cancel, retry
-and resolve tasks, and manage queues, with typed answers (``Task``, ``Attempt``, ``Queue``,
-``TaskPage``). Every failure is an ``OrbitError`` subclass mapped from Orbit's stable error
-codes. The clients never retry on their own.
+and resolve tasks, manage queues, and create and run schedules, with typed answers (``Task``,
+``Attempt``, ``Queue``, ``TaskPage``, ``Schedule``, ``ScheduleFire``, ``Backfill``, ...).
+Every failure is an ``OrbitError`` subclass mapped from Orbit's stable error codes. The clients
+never retry on their own.
 """
 
 from orbit_sdk._client import AsyncClient, Client
@@ -34,6 +35,14 @@ from orbit_sdk._models import (
     TaskPage,
     TaskRequest,
 )
+from orbit_sdk._schedule_models import (
+    Backfill,
+    FirePage,
+    Schedule,
+    ScheduleFire,
+    SchedulePage,
+    ScheduleTask,
+)
 
 __version__ = "0.1.0"
 
@@ -41,10 +50,12 @@ __all__ = [
     "AsyncClient",
     "Attempt",
     "AuthenticationError",
+    "Backfill",
     "Client",
     "ClientConfig",
     "ConfigurationError",
     "ConflictError",
+    "FirePage",
     "IdempotencyConflictError",
     "NotFoundError",
     "OrbitError",
@@ -55,6 +66,10 @@ __all__ = [
     "RateLimitedError",
     "Readiness",
     "RetryPolicy",
+    "Schedule",
+    "ScheduleFire",
+    "SchedulePage",
+    "ScheduleTask",
     "StateConflictError",
     "Task",
     "TaskError",

@@ -1,6 +1,7 @@
 """``Client`` and ``AsyncClient``: Orbit's HTTP API over httpx2.
 
-The typed task and queue methods come from ``_tasks``; this module sends what they describe.
+The typed task and queue methods come from ``_tasks``, the schedule methods from
+``_schedules``; this module sends what they describe.
 
 Neither client retries anything on its own. Every failure surfaces once, as an
 :class:`~orbit_sdk.OrbitError` carrying ``retryable`` (and ``retry_after`` for transient
@@ -28,6 +29,7 @@ from orbit_sdk._errors import (
 )
 from orbit_sdk._health import Readiness, health_from_http, readiness_from_http
 from orbit_sdk._models import Operation
+from orbit_sdk._schedules import AsyncScheduleCalls, ScheduleCalls
 from orbit_sdk._tasks import AsyncTaskCalls, TaskCalls
 
 __all__ = ["AsyncClient", "Client", "QueryParams"]
@@ -142,7 +144,7 @@ def _failure(call: _Call, config: ClientConfig, exc: httpx2.RequestError) -> Orb
     return OrbitError(message, code=UNEXPECTED_RESPONSE)
 
 
-class Client(TaskCalls):
+class Client(TaskCalls, ScheduleCalls):
     """Synchronous client for Orbit's HTTP API.
 
     ``url`` and ``api_key`` default to ``ORBIT_URL`` and ``ORBIT_API_KEY``; explicit arguments
@@ -156,6 +158,11 @@ class Client(TaskCalls):
     Tasks: :meth:`submit`, :meth:`submit_many`, :meth:`get_task`, :meth:`wait_for_task`,
     :meth:`list_tasks`, :meth:`iter_tasks`, :meth:`task_attempts`, :meth:`cancel_task`,
     :meth:`retry_task`, :meth:`resolve_task`. Queues: :meth:`list_queues`, :meth:`update_queue`.
+    Schedules: :meth:`create_schedule`, :meth:`get_schedule`, :meth:`list_schedules`,
+    :meth:`iter_schedules`, :meth:`update_schedule`, :meth:`delete_schedule`,
+    :meth:`pause_schedule`, :meth:`resume_schedule`, :meth:`trigger_schedule`,
+    :meth:`backfill_schedule`, :meth:`get_backfill`, :meth:`list_backfills`,
+    :meth:`schedule_fires`.
     """
 
     def __init__(
@@ -274,7 +281,7 @@ class Client(TaskCalls):
             raise _failure(call, self._config, exc) from exc
 
 
-class AsyncClient(AsyncTaskCalls):
+class AsyncClient(AsyncTaskCalls, AsyncScheduleCalls):
     """Asynchronous client for Orbit's HTTP API; the same calls as :class:`Client`, awaited.
 
     ``transport`` takes an ``httpx2.AsyncBaseTransport`` (``httpx2.MockTransport``,

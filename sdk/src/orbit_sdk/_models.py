@@ -80,7 +80,8 @@ class TaskError(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class TaskOwner(msgspec.Struct, frozen=True, kw_only=True):
-    """The workflow step that made a task (``kind`` is ``"workflow"``)."""
+    """What made a task: a workflow step (``kind`` ``"workflow"``, the workflow's ``id`` and the
+    ``step``) or a schedule (``kind`` ``"schedule"``, the schedule's ``id``, no ``step``)."""
 
     kind: str
     id: str

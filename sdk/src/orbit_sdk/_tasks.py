@@ -1,21 +1,21 @@
 """The task and queue methods of ``Client`` and ``AsyncClient``.
 
 Both mixins only turn arguments into an :class:`~orbit_sdk._models.Operation` and hand it to the
-client's ``_run``; what is sent and how answers are read lives in ``_models``, and the waiting
-and paging rules live here once, so the two clients cannot drift apart.
+client's ``_run``; what is sent and how answers are read lives in ``_models``, the waiting rule
+lives here once and the paging rule in ``_calls``, so the two clients cannot drift apart.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 from msgspec import UNSET, UnsetType
 
-from orbit_sdk._config import ClientConfig
+from orbit_sdk._calls import AsyncCalls, Calls
 from orbit_sdk._models import (
     MAX_WAIT_MS,
     Attempt,
@@ -42,16 +42,7 @@ from orbit_sdk._models import (
 
 __all__ = ["DEFAULT_POLL_MS", "AsyncTaskCalls", "TaskCalls"]
 
-T = TypeVar("T")
 DEFAULT_POLL_MS = 30_000
-
-
-class _Paged(Protocol):
-    @property
-    def next_cursor(self) -> str | None: ...
-
-
-PageT = TypeVar("PageT", bound=_Paged)
 
 
 class _TaskWait:
@@ -87,13 +78,8 @@ class _TaskWait:
         return False
 
 
-class TaskCalls:
+class TaskCalls(Calls):
     """Tasks and queues for the synchronous :class:`~orbit_sdk.Client`."""
-
-    _config: ClientConfig
-
-    def _run(self, operation: Operation[T]) -> T:
-        raise NotImplementedError  # the client sends it
 
     def submit(
         self,
@@ -275,24 +261,9 @@ class TaskCalls:
             )
         )
 
-    def _pages(
-        self, page_at: Callable[[str | None], Operation[PageT]], cursor: str | None
-    ) -> Iterator[PageT]:
-        while True:
-            page = self._run(page_at(cursor))
-            yield page
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
 
-
-class AsyncTaskCalls:
+class AsyncTaskCalls(AsyncCalls):
     """Tasks and queues for :class:`~orbit_sdk.AsyncClient`; see :class:`TaskCalls`."""
-
-    _config: ClientConfig
-
-    async def _run(self, operation: Operation[T]) -> T:
-        raise NotImplementedError  # the client sends it
 
     async def submit(
         self,
@@ -442,13 +413,3 @@ class AsyncTaskCalls:
                 max_pending=max_pending,
             )
         )
-
-    async def _pages(
-        self, page_at: Callable[[str | None], Operation[PageT]], cursor: str | None
-    ) -> AsyncIterator[PageT]:
-        while True:
-            page = await self._run(page_at(cursor))
-            yield page
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
