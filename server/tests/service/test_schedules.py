@@ -15,6 +15,7 @@ from orbit_server.config import Settings
 from orbit_server.errors import AlreadyExists, InvalidRequest, NotFound, StateConflict
 from orbit_server.pulse.scheduler import PassReport
 from orbit_server.pulse.schedules import Catchup, Definition, Overlap, TimingSpec
+from orbit_server.pulse.service import QueueSettings
 from orbit_server.runtime.node import Node
 from orbit_server.store import Database
 from orbit_server.store import schedules as sstore
@@ -425,3 +426,35 @@ async def test_an_interval_without_start_counts_from_the_creation(
     view = await node.schedules.get(SCOPE, "tick", preview_count=2)
     # Counted from the creation to the millisecond.
     assert view.preview == [START + timedelta(seconds=72.345), START + timedelta(seconds=132.345)]
+
+
+async def test_a_full_queue_holds_its_schedules_back_and_others_fire(
+    node: Node, clock: FakeClock
+) -> None:
+    await node.queues.update(SCOPE, "reports", QueueSettings(max_pending=1), actor=ACTOR)
+    await create(node, "tick", every(1))
+    elsewhere = {"queue": "elsewhere", "type": "t"}
+    await create(node, "other", Definition(TimingSpec(None, "UTC", 1000), elsewhere,
+                                           overlap=Overlap.ALLOW))  # fmt: skip
+    clock.advance(1000)
+    await run(node)  # slot 1 of each fires: "reports" is now full
+    clock.advance(1000)
+    report = await node.scheduler.run_due()  # slot 2 of "tick" cannot fire; "other" fires
+    assert report.outcomes == {"fired": 1}
+    tick = (await node.schedules.get(SCOPE, "tick")).schedule
+    assert tick.next_fire_at == START + timedelta(seconds=2)  # not decided: no ledger row
+    assert tick.due_at == clock.now() + timedelta(seconds=1)
+    assert offsets(await ledger(node, "tick"), "fired") == [1]
+    [first] = await ledger(node, "tick")
+    await node.tasks.cancel(SCOPE, first.task_id or "", reason=None, actor=ACTOR)
+    clock.advance(500)
+    assert (await run(node)).handled == 0  # not due before its retry
+    clock.advance(500)
+    report = await node.scheduler.run_due()  # slots 2 and 3 are two tasks; there is room for one
+    assert (report.handled, report.outcomes) == (2, {"fired": 1})  # "other" fires, "tick" waits
+    await node.queues.update(SCOPE, "reports", QueueSettings(max_pending=10), actor=ACTOR)
+    clock.advance(1000)
+    await run(node)  # room: slot 2 has grown late and is caught up, slots 3 and 4 fire on time
+    fires = await ledger(node, "tick")
+    assert [f.outcome for f in fires] == ["fired"] * 4
+    assert [f.cause for f in fires] == ["schedule", "catchup", "schedule", "schedule"]

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from orbit_server.errors import Unavailable
+from orbit_server.errors import TransientError, Unavailable
 from orbit_server.pulse.admission import KeyAdmissions
 from orbit_server.pulse.scheduler import PassReport, Scheduler
 from orbit_server.pulse.worker import WorkerService
@@ -90,8 +90,8 @@ async def scheduler_loop(
                 continue  # a full pass: more may be due now
             width = 1
             next_due = await scheduler.next_due()
-        except Unavailable as exc:
-            log.warning("scheduler pass skipped: database unavailable", reason=exc.message)
+        except TransientError as exc:  # the database is down, a queue filled up meanwhile
+            log.warning("scheduler pass skipped", code=exc.code, reason=exc.message)
             await asyncio.sleep(retry_s)
             continue
         wait_s = refresh_s

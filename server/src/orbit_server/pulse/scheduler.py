@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from orbit_server.clock import Clock
+from orbit_server.errors import QueueFull
 from orbit_server.pulse.fire_times import InvalidTiming, Timing
 from orbit_server.pulse.model import Owner
 from orbit_server.pulse.schedule_service import definition_of
@@ -31,6 +32,7 @@ from orbit_server.pulse.schedules import (
     Outcome,
     Overlap,
     PassInput,
+    Plan,
     backfill_slots,
     min_time,
     plan_pass,
@@ -48,6 +50,7 @@ from orbit_server.store.schedules import BackfillRecord, FireRecord, Position, S
 log = structlog.get_logger("orbit.scheduler")
 
 TIMINGS_KEPT = 100_000
+RETRY_FULL = timedelta(seconds=1)  # a schedule whose queue is full tries again this much later
 UNSETTLED = (TaskState.SCHEDULED, TaskState.PENDING, TaskState.LEASED, TaskState.RUNNING)
 
 
@@ -113,7 +116,16 @@ class Scheduler:
     # -- due schedules -------------------------------------------------------------------------
 
     async def run_due(self) -> PassReport:
-        """One pass over up to ``batch`` due schedules."""
+        """One pass over up to ``batch`` due schedules. A queue at its ``max_pending`` makes
+        the pass run again without the schedules that submit to it: they stay due, and try
+        again a second later (their slots grow late, and the catch-up policy decides them
+        if they grow too late)."""
+        try:
+            return await self._run_due(careful=False)
+        except QueueFull:
+            return await self._run_due(careful=True)
+
+    async def _run_due(self, *, careful: bool) -> PassReport:
         report = PassReport()
         created: list[tuple[Scope, list[Submitted], list[AdmissionNote]]] = []
 
@@ -126,16 +138,14 @@ class Scheduler:
                 return
             watched = [t for s in schedules if (t := _watched(s)) is not None]
             running = set(await store.tasks_in_states(tx, watched, UNSETTLED)) if watched else set()
-            fires: list[FireRecord] = []
-            firing: list[_Fire] = []
+            plans: list[tuple[ScheduleRecord, Plan]] = []
             positions: list[Position] = []
             for s in schedules:
                 try:
                     timing = self._timing(s)
                 except (InvalidTiming, ValueError) as exc:  # e.g. a zone the system lost
                     log.error("schedule cannot be planned", schedule=s.name, reason=str(exc))
-                    positions.append(Position(s.id, s.next_fire_at, None, s.last_fire_at,
-                                              s.last_task_id, s.queued_fire_at))  # fmt: skip
+                    positions.append(_stay(s, None))
                     continue
                 plan = plan_pass(
                     PassInput(
@@ -146,6 +156,14 @@ class Scheduler:
                     ),
                     now, misfire=self._misfire, budget=self._slots,
                 )  # fmt: skip
+                plans.append((s, plan))
+            if careful:
+                full = await _full_queues(tx, plans)
+                positions += [_stay(s, now + RETRY_FULL) for s, _ in plans if _queue(s) in full]
+                plans = [(s, plan) for s, plan in plans if _queue(s) not in full]
+            fires: list[FireRecord] = []
+            firing: list[_Fire] = []
+            for s, plan in plans:
                 if plan.fire_queued is not None:
                     firing.append(_Fire(s, plan.fire_queued, Cause.SCHEDULE, update=True))
                 for f in plan.fires:
@@ -153,9 +171,7 @@ class Scheduler:
                     if f.outcome == Outcome.FIRED:
                         firing.append(_Fire(s, f.fire_time, f.cause, update=False))
                     fires.append(_ledger(s, f.fire_time, f.outcome, f.cause, None, now))
-                position = Position(s.id, plan.next_fire_at, plan.due_at, s.last_fire_at,
-                                    s.last_task_id, plan.queued_fire_at)  # fmt: skip
-                positions.append(position)
+                positions.append(_moved(s, plan))
             created.extend(await self._make_tasks(tx, firing, now))
             by_slot = {(f.schedule.id, f.fire_at): f.task_id for f in firing}
             fires = [replace(r, task_id=by_slot.get((r.schedule_id, r.fire_at))) for r in fires]
@@ -278,6 +294,36 @@ class Scheduler:
 
         found = await self._db.read(unit)
         return found[0] if found else None
+
+
+def _queue(s: ScheduleRecord) -> tuple[Scope, str]:
+    return s.scope, str(s.task["queue"])
+
+
+def _moved(s: ScheduleRecord, plan: Plan) -> Position:
+    """Where the plan leaves the schedule (its latest fire is set once its tasks exist)."""
+    return Position(s.id, plan.next_fire_at, plan.due_at, s.last_fire_at, s.last_task_id,
+                    plan.queued_fire_at)  # fmt: skip
+
+
+def _stay(s: ScheduleRecord, due_at: datetime | None) -> Position:
+    """The schedule stays where it is, due again at ``due_at``."""
+    return Position(s.id, s.next_fire_at, due_at, s.last_fire_at, s.last_task_id,
+                    s.queued_fire_at)  # fmt: skip
+
+
+async def _full_queues(tx: Tx, plans: list[tuple[ScheduleRecord, Plan]]) -> set[tuple[Scope, str]]:
+    """The queues that cannot take the tasks the plans would submit to them now."""
+    wanted: Counter[tuple[Scope, str]] = Counter()
+    for s, plan in plans:
+        wanted[_queue(s)] += len(plan.firing)
+    full = set()
+    for (scope, name), count in sorted(wanted.items()):
+        queue = await store.queue_get(tx, scope, name) if count else None
+        limit = None if queue is None else queue.max_pending
+        if queue is not None and limit is not None and queue.pending + count > limit:
+            full.add((scope, name))
+    return full
 
 
 def _watched(s: ScheduleRecord) -> str | None:
