@@ -81,3 +81,23 @@ async def test_the_memory_benchmark_runs_and_reports(
     assert 0 < run["baseline_mib"] <= run["max_mib"]
     [report] = sorted(tmp_path.glob("memory-*.md"))
     assert "| seconds | MiB |" in report.read_text()
+
+
+async def test_the_schedules_benchmark_runs_and_reports(
+    mysql_server: MySQLServerForTests, tmp_path: Path
+) -> None:
+    done = await run_bench(mysql_server, tmp_path, "schedules", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = reported(done, "schedules")
+    assert [(r["mode"], r["schedules"], r["periods"]) for r in runs] == [
+        ("phased", 50, 3),
+        ("aligned", 50, 3),
+    ]
+    for run in runs:
+        assert run["fired"] > 0 and run["duplicates"] == 0
+        assert run["per_schedule_max"] <= run["periods"]  # no slot fired twice
+        assert run["tasks"] == run["fired_total"]  # one task per fired slot
+        assert run["passes"] > 0 and run["rows_per_pass_max"] <= run["batch"]
+    assert runs[1]["spread_s"] == 0  # aligned: every schedule fires at the same instant
+    [report] = sorted(tmp_path.glob("schedules-*.md"))
+    assert "| rows per pass p50 |" in report.read_text()

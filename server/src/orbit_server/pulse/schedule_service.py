@@ -215,10 +215,11 @@ class ScheduleService:
             }
             after = dataclasses.replace(before, timing=timing, **rest)
             new_timing = compiled(after, s.created_at)
+            old, new = _described(before), _described(after)
             changed = {
-                field: {"from": value, "to": _described(after)[field]}
-                for field, value in _described(before).items()
-                if _described(after)[field] != value
+                field: {"from": old[field], "to": value}
+                for field, value in new.items()
+                if old[field] != value
             }
             if not changed:
                 return s
