@@ -18,7 +18,12 @@ def main(argv: list[str] | None = None) -> int:
     # The MariaDB harness of the test suite starts a private server for a run.
     sys.path.insert(0, str(ROOT / "server"))
     from bench.claim import run_claim_benchmark
-    from bench.suite import run_latency_suite, run_memory_suite, run_suite
+    from bench.suite import (
+        run_latency_suite,
+        run_memory_suite,
+        run_schedules_suite,
+        run_suite,
+    )
 
     parser = argparse.ArgumentParser(prog="python -m bench")
     sub = parser.add_subparsers(dest="scenario", required=True)
@@ -72,7 +77,31 @@ def main(argv: list[str] | None = None) -> int:
     mem.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
     mem.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
     mem.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
+    sch = sub.add_parser("schedules", help="interval schedules firing: lag, passes, creates/s")
+    sch.add_argument("--schedules", type=int, default=10_000, help="interval schedules per run")
+    sch.add_argument("--minutes", type=float, default=3.0, help="length of the measured window")
+    sch.add_argument("--mode", choices=["phased", "aligned"], action="append", help="default: both")
+    sch.add_argument(
+        "--server-processes", type=int, default=1, help="orbit server --processes (default 1)"
+    )
+    sch.add_argument(
+        "--batch", type=int, default=500, help="the server's ORBIT_SCHEDULE_BATCH (default 500)"
+    )
+    sch.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
+    sch.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
+    sch.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
     args = parser.parse_args(argv)
+    if args.scenario == "schedules":
+        return run_schedules_suite(
+            url=args.url,
+            schedules=50 if args.smoke else args.schedules,
+            minutes=0.1 if args.smoke else args.minutes,
+            interval_ms=2000 if args.smoke else 60_000,
+            modes=args.mode or ["phased", "aligned"],
+            server_processes=args.server_processes,
+            batch=args.batch,
+            out=args.out,
+        )
     if args.scenario == "memory":
         return run_memory_suite(
             url=args.url,

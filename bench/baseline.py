@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-import asyncmy  # type: ignore[import-untyped]
+import asyncmy
 
 TABLE = """
 CREATE TABLE IF NOT EXISTS raw_tasks (

@@ -12,7 +12,7 @@ from bench.baseline import _connect_args
 
 
 async def _on_server(url: str, *statements: str) -> None:
-    import asyncmy  # type: ignore[import-untyped]
+    import asyncmy
 
     conn = await asyncmy.connect(**{**_connect_args(url), "db": None, "autocommit": True})
     try:

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import asyncmy  # type: ignore[import-untyped]
+import asyncmy
 
 import orbit_sdk
 from bench.baseline import _connect_args
@@ -41,8 +41,12 @@ class ThroughputResult:
 class Stack:
     """One Orbit server and its database, with a key that may submit, operate and work."""
 
-    def __init__(self, url: str, server_processes: int = 1) -> None:
-        self.env = {"ORBIT_DATABASE_URL": url, "ORBIT_LOG_LEVEL": "warning"}
+    def __init__(
+        self, url: str, server_processes: int = 1, settings: dict[str, str] | None = None
+    ) -> None:
+        # The server sees no ORBIT_* setting of the caller's environment: ``settings`` are its
+        # only other ones.
+        self.env = {"ORBIT_DATABASE_URL": url, "ORBIT_LOG_LEVEL": "warning", **(settings or {})}
         if run_orbit("migrate", env=self.env).code != 0:
             raise RuntimeError("orbit migrate failed")
         created = run_orbit(
