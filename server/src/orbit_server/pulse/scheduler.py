@@ -57,7 +57,7 @@ UNSETTLED = (TaskState.SCHEDULED, TaskState.PENDING, TaskState.LEASED, TaskState
 @dataclass(slots=True)
 class PassReport:
     """What one pass did: schedules (or backfills) handled, ledger outcomes, and the lag of
-    each fired slot (seconds from its fire time to the pass's commit)."""
+    each slot the pass fired (seconds from its fire time to the pass's commit)."""
 
     handled: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
@@ -129,9 +129,12 @@ class Scheduler:
         report = PassReport()
         created: list[tuple[Scope, list[Submitted], list[AdmissionNote]]] = []
 
+        fired_at: list[datetime] = []
+
         async def unit(tx: Tx) -> None:
-            report.handled, report.outcomes, report.lags = 0, Counter(), []
+            report.handled, report.outcomes = 0, Counter()
             created.clear()
+            fired_at.clear()
             now = self._clock.now()
             schedules = await sstore.schedules_due_lock(tx, now, limit=self.batch)
             if not schedules:
@@ -184,7 +187,7 @@ class Scheduler:
                         _ledger(slot.schedule, slot.fire_at, Outcome.FIRED, slot.cause,
                                 slot.task_id, now),
                     )  # fmt: skip
-                report.lags.append((now - slot.fire_at).total_seconds())
+                fired_at.append(slot.fire_at)
             latest = {f.schedule.id: f for f in firing}  # in time order: the last one stays
             positions = [
                 replace(p, last_fire_at=latest[p.id].fire_at, last_task_id=latest[p.id].task_id)
@@ -196,6 +199,8 @@ class Scheduler:
             report.handled = len(schedules)
 
         await self._db.run(unit)
+        committed = self._clock.now()
+        report.lags = [(committed - fire_at).total_seconds() for fire_at in fired_at]
         for scope, submitted, notes in created:
             await self._tasks.announce(scope, submitted, notes)
         return report
