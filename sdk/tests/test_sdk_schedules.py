@@ -3,7 +3,6 @@ path, body, query) and how they read the answers."""
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
@@ -12,12 +11,12 @@ from typing import Any
 import httpx2
 import msgspec
 import pytest
+from fake_orbit import CONFIG, FakeOrbit, call_async, call_sync, ok
 
 from orbit_sdk import (
     AsyncClient,
     Backfill,
     Client,
-    ClientConfig,
     ConflictError,
     FirePage,
     NotFoundError,
@@ -32,9 +31,6 @@ from orbit_sdk import (
     StateConflictError,
     TaskRequest,
 )
-
-CONFIG = ClientConfig(url="http://orbit.test:7070", api_key="test-key")
-Handler = Callable[[httpx2.Request], httpx2.Response]
 
 # A schedule as the server sends it, plus a field this SDK does not know.
 SCHEDULE = msgspec.json.decode(b"""
@@ -78,30 +74,6 @@ def schedule_json(**fields: Any) -> dict[str, Any]:
     return {**SCHEDULE, **fields}
 
 
-class FakeOrbit:
-    """A MockTransport handler: records every request and answers with the next reply."""
-
-    def __init__(self, *replies: httpx2.Response | Handler) -> None:
-        self.replies = list(replies)
-        self.requests: list[httpx2.Request] = []
-
-    def __call__(self, request: httpx2.Request) -> httpx2.Response:
-        self.requests.append(request)
-        reply = self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
-        return reply if isinstance(reply, httpx2.Response) else reply(request)
-
-    @property
-    def last(self) -> httpx2.Request:
-        return self.requests[-1]
-
-    def body(self, index: int = -1) -> Any:
-        return msgspec.json.decode(self.requests[index].content)
-
-
-def ok(json: Any, status: int = 200) -> httpx2.Response:
-    return httpx2.Response(status, json=json)
-
-
 def failure(status: int, code: str, category: str) -> httpx2.Response:
     error = {"code": code, "category": category, "message": "m", "retryable": False}
     return httpx2.Response(status, json={"error": error})
@@ -113,20 +85,7 @@ NOT_FOUND = (404, "not_found", "protocol")
 @pytest.fixture(params=["sync", "async"])
 def call(request: pytest.FixtureRequest) -> Callable[..., Any]:
     """``call(fake, "method", *args, **kwargs)`` on a Client or an AsyncClient."""
-
-    def sync(fake: FakeOrbit, method: str, *args: Any, **kwargs: Any) -> Any:
-        with Client.from_config(CONFIG, transport=httpx2.MockTransport(fake)) as client:
-            return getattr(client, method)(*args, **kwargs)
-
-    def async_(fake: FakeOrbit, method: str, *args: Any, **kwargs: Any) -> Any:
-        async def run() -> Any:
-            transport = httpx2.MockTransport(fake)
-            async with AsyncClient.from_config(CONFIG, transport=transport) as client:
-                return await getattr(client, method)(*args, **kwargs)
-
-        return asyncio.run(run())
-
-    return sync if request.param == "sync" else async_
+    return call_sync if request.param == "sync" else call_async
 
 
 SCHEDULE_METHODS = [
