@@ -3,6 +3,7 @@ overlap policies, pause, trigger, backfill, changes and deletion (SPEC P9)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -341,7 +342,7 @@ async def test_a_backfill_refuses_the_future_and_an_empty_range(
         await node.schedules.backfill(SCOPE, "tick", START, START, actor=ACTOR)
 
 
-@pytest.mark.covers("schedule_update", "schedule_get_by_id")
+@pytest.mark.covers("schedule_update", "schedule_lock_by_id", "fires_last_planned")
 async def test_a_change_is_a_new_audited_version_and_replans_from_now(
     node: Node, clock: FakeClock
 ) -> None:
@@ -458,3 +459,110 @@ async def test_a_full_queue_holds_its_schedules_back_and_others_fire(
     fires = await ledger(node, "tick")
     assert [f.outcome for f in fires] == ["fired"] * 4
     assert [f.cause for f in fires] == ["schedule", "catchup", "schedule", "schedule"]
+
+
+async def test_a_change_through_a_node_whose_clock_lags_never_plans_a_decided_slot(
+    node: Node, db: Database, settings: Settings, clock: FakeClock
+) -> None:
+    await create(node, "tick", every(1))
+    clock.advance(3000)
+    await run(node)  # slots 1-3 are in the ledger
+    behind = FakeClock(clock.now() - timedelta(milliseconds=300))
+    lagging = await build_node(settings, db=db, clock=behind)
+    changed = await lagging.schedules.update(
+        SCOPE, "tick", {"end_at": START + timedelta(hours=1)}, expected_version=None, actor=ACTOR
+    )
+    assert changed.next_fire_at == START + timedelta(seconds=4)  # not slot 3 again
+    clock.advance(1000)
+    await run(node)
+    assert offsets(await ledger(node, "tick"), "fired") == [1, 2, 3, 4]
+
+
+async def test_a_pass_that_meets_a_decided_slot_leaves_it_and_goes_on(
+    node: Node, db: Database, clock: FakeClock
+) -> None:
+    schedule_id = await create(node, "tick", every(1))
+    clock.advance(2000)
+    await run(node)  # slots 1 and 2
+    record = (await node.schedules.get(SCOPE, "tick")).schedule
+    moved_back = START + timedelta(seconds=2)  # as a faulty change would have left it
+    await db.run(lambda tx: sstore.schedule_update(
+        tx, replace(record, next_fire_at=moved_back, due_at=moved_back)))  # fmt: skip
+    clock.advance(1000)
+    report = await node.scheduler.run_due()  # slot 2 again, and slot 3
+    assert report.outcomes == {"fired": 1}
+    fires = await ledger(node, "tick")
+    assert offsets(fires, "fired") == [1, 2, 3] and len({f.task_id for f in fires}) == 3
+    assert (await node.schedules.get(SCOPE, "tick")).schedule.next_fire_at == START + timedelta(
+        seconds=4
+    )
+    assert schedule_id == record.id
+
+
+async def test_a_full_queue_takes_the_schedules_that_fit_in_due_order(
+    node: Node, clock: FakeClock
+) -> None:
+    await node.queues.update(SCOPE, "reports", QueueSettings(max_pending=5), actor=ACTOR)
+    for i in range(10):
+        await create(node, f"s{i}", every(60))
+    clock.advance(60_000)
+    report = await node.scheduler.run_due()
+    assert (report.handled, report.outcomes) == (10, {"fired": 5})
+    views = [await node.schedules.get(SCOPE, f"s{i}") for i in range(10)]
+    assert sorted(len(v.recent) for v in views) == [0] * 5 + [1] * 5
+
+
+async def test_retention_keeps_a_queued_slot_and_a_lost_row_is_written_anew(
+    node: Node, db: Database, clock: FakeClock
+) -> None:
+    schedule_id = await create(node, "tick", every(3600, overlap=Overlap.QUEUE_ONE))
+    clock.advance(timedelta(hours=1))
+    await run(node)  # slot 1 fires
+    clock.advance(timedelta(hours=1))
+    await run(node)  # slot 2 queued
+    await node.schedules.pause(SCOPE, "tick", reason=None, actor=ACTOR)
+    clock.advance(timedelta(days=8))
+    await run(node)  # paused: the queued slot waits
+    assert await node.schedules.prune_fires(7 * 86_400_000) == 1  # slot 1's row, not slot 2's
+    # A row lost all the same (before rows of queued slots were kept, retention took them).
+    await db.run(
+        lambda tx: tx.execute_script(["DELETE FROM schedule_fires WHERE outcome = 'queued'"])
+    )
+    await node.schedules.resume(SCOPE, "tick", actor=ACTOR)
+    first = (await node.tasks.list_tasks(SCOPE, limit=10))[0][-1]
+    await node.tasks.cancel(SCOPE, first.id, reason=None, actor=ACTOR)
+    report = await node.scheduler.run_due()  # resumed: due at once, the queued slot fires
+    assert report.outcomes["fired"] == 1
+    slot2 = await db.read(lambda tx: sstore.fires_between(
+        tx, schedule_id, START + timedelta(hours=2), START + timedelta(hours=2)))  # fmt: skip
+    assert [(f.outcome, f.task_id is not None) for f in slot2.values()] == [("fired", True)]
+
+
+async def test_backfills_stay_within_the_bounds_and_wait_for_room(
+    node: Node, clock: FakeClock
+) -> None:
+    end = START + timedelta(seconds=5)
+    await create(node, "bounded", every(1, start_at=START, end_at=end))
+    await create(node, "other", Definition(TimingSpec(None, "UTC", 1000),
+                                           {"queue": "full", "type": "t"}))  # fmt: skip
+    await node.queues.update(SCOPE, "full", QueueSettings(max_pending=1), actor=ACTOR)
+    await node.schedules.pause(SCOPE, "bounded", reason=None, actor=ACTOR)
+    await node.schedules.pause(SCOPE, "other", reason=None, actor=ACTOR)
+    clock.advance(20_000)
+    await run(node)  # every slot recorded paused
+    blocked = await node.schedules.backfill(SCOPE, "other", START, clock.now(), actor=ACTOR)
+    bounded = await node.schedules.backfill(SCOPE, "bounded", START, clock.now(), actor=ACTOR)
+    while (await node.scheduler.run_backfills()).handled:
+        pass
+    done = await node.schedules.backfill_status(SCOPE, "bounded", bounded.id)
+    assert (done.state, done.fired) == ("done", 6)  # 0..5 s, none after end_at
+    stuck = await node.schedules.backfill_status(SCOPE, "other", blocked.id)
+    assert (stuck.state, stuck.fired) == ("running", 1)  # one slot's room, then it waits
+
+
+async def test_creating_again_after_a_pause_answers_the_schedule(node: Node) -> None:
+    first = await create(node, "tick", every(1))
+    await node.schedules.pause(SCOPE, "tick", reason=None, actor=ACTOR)
+    again, created = await node.schedules.create(SCOPE, "tick", every(1), paused=False,
+                                                 actor=ACTOR)  # fmt: skip
+    assert (again.id, again.paused, created) == (first, True, False)

@@ -27,6 +27,7 @@ from orbit_server.pulse.schedules import (
     Overlap,
     TimingSpec,
     first_slot,
+    max_time,
     preview,
     task_spec,
 )
@@ -123,7 +124,7 @@ class ScheduleService:
                         details={"id": record.id, **_described(definition), "paused": paused},
                     )  # fmt: skip
                     return record, True
-            if definition_of(existing) != definition or existing.paused != paused:
+            if definition_of(existing) != definition:  # paused or not is state, not definition
                 raise AlreadyExists(
                     f"schedule {name} exists with a different definition; change it with "
                     "PATCH or choose another name"
@@ -193,8 +194,8 @@ class ScheduleService:
             raise InvalidRequest(f"these fields cannot be changed: {', '.join(sorted(unknown))}")
 
         async def unit(tx: Tx) -> ScheduleRecord:
-            now = self._clock.now()
             s = await self._find(tx, scope, name, lock=True)
+            now = self._clock.now()  # read under the lock: no pass of the schedule runs now
             if expected_version is not None and s.version != expected_version:
                 raise StateConflict(
                     f"schedule {name} is at version {s.version}, not {expected_version}; "
@@ -224,11 +225,10 @@ class ScheduleService:
             if not changed:
                 return s
             replan = bool(TIMING_FIELDS & set(changed))
-            nxt = (
-                first_slot(new_timing, now, after.start_at, after.end_at)
-                if replan
-                else s.next_fire_at
-            )
+            nxt = s.next_fire_at
+            if replan:  # from now, and after every slot the ledger has (a node's clock may lag)
+                decided = await sstore.fires_last_planned(tx, s.id)
+                nxt = first_slot(new_timing, max_time(now, decided), after.start_at, after.end_at)
             updated = dataclasses.replace(
                 s, version=s.version + 1, cron=after.timing.cron,
                 timezone=after.timing.timezone, interval_ms=after.timing.interval_ms,
@@ -265,8 +265,10 @@ class ScheduleService:
                 return s
             now = self._clock.now()
             updated = dataclasses.replace(
-                s, paused=paused, paused_reason=reason if paused else None, updated_at=now
-            )
+                s, paused=paused, paused_reason=reason if paused else None, updated_at=now,
+                # Resumed: a slot queued while paused is looked at again at once.
+                due_at=s.due_at if paused else _due(s.next_fire_at, s.queued_fire_at, now),
+            )  # fmt: skip
             await sstore.schedule_update(tx, updated)
             await self._audit.record(
                 tx, scope=scope, actor=actor, target_kind="schedule", target_id=name,
@@ -301,8 +303,8 @@ class ScheduleService:
 
         async def unit(tx: Tx) -> tuple[FireRecord, Any]:
             notes.clear()
-            now = self._clock.now()
             s = await self._find(tx, scope, name, lock=True)
+            now = self._clock.now()
             task = self._tasks.build(scope, [task_spec(s.task, Owner("schedule", s.id))], now)
             submitted = await self._tasks.create_in(tx, scope, task, now, notes)
             fire = FireRecord(

@@ -34,6 +34,7 @@ from orbit_server.pulse.schedules import (
     PassInput,
     Plan,
     backfill_slots,
+    max_time,
     min_time,
     plan_pass,
     task_spec,
@@ -41,17 +42,23 @@ from orbit_server.pulse.schedules import (
 from orbit_server.pulse.service import Submitted, TaskService
 from orbit_server.pulse.states import TaskState
 from orbit_server.scope import Scope
-from orbit_server.store import Database, Tx
+from orbit_server.store import Database, DuplicateKey, Tx
 from orbit_server.store import pulse as store
 from orbit_server.store import schedules as sstore
 from orbit_server.store.admissions import AdmissionNote
+from orbit_server.store.pulse import TaskRecord
 from orbit_server.store.schedules import BackfillRecord, FireRecord, Position, ScheduleRecord
 
 log = structlog.get_logger("orbit.scheduler")
 
 TIMINGS_KEPT = 100_000
 RETRY_FULL = timedelta(seconds=1)  # a schedule whose queue is full tries again this much later
+RETRY_BROKEN = timedelta(minutes=1)  # a schedule whose timing cannot be read (zone data gone)
+BACKFILL_CANDIDATES = 8  # running backfills a step looks at for one whose queue has room
 UNSETTLED = (TaskState.SCHEDULED, TaskState.PENDING, TaskState.LEASED, TaskState.RUNNING)
+_US = timedelta(microseconds=1)
+
+Created = list[tuple[Scope, list[Submitted], list[AdmissionNote]]]
 
 
 @dataclass(slots=True)
@@ -71,7 +78,7 @@ class _Fire:
     schedule: ScheduleRecord
     fire_at: datetime
     cause: Cause
-    update: bool  # the slot has a ledger row already (queued, or missed and backfilled)
+    update: bool  # the slot may have a ledger row already (queued, or recorded and backfilled)
     task_id: str = ""
 
 
@@ -116,19 +123,22 @@ class Scheduler:
     # -- due schedules -------------------------------------------------------------------------
 
     async def run_due(self) -> PassReport:
-        """One pass over up to ``batch`` due schedules. A queue at its ``max_pending`` makes
-        the pass run again without the schedules that submit to it: they stay due, and try
-        again a second later (their slots grow late, and the catch-up policy decides them
-        if they grow too late)."""
+        """One pass over up to ``batch`` due schedules.
+
+        Should a queue be at its ``max_pending``, or a slot be in the ledger already (a
+        schedule changed through a node whose clock is behind), the pass runs again carefully:
+        it leaves out the slots the ledger has, and admits schedules into each limited queue
+        in due order while there is room; the others stay due and try again a second later
+        (their slots grow late, and the catch-up policy decides them if they grow too late).
+        """
         try:
             return await self._run_due(careful=False)
-        except QueueFull:
+        except (QueueFull, DuplicateKey):
             return await self._run_due(careful=True)
 
     async def _run_due(self, *, careful: bool) -> PassReport:
         report = PassReport()
-        created: list[tuple[Scope, list[Submitted], list[AdmissionNote]]] = []
-
+        created: Created = []
         fired_at: list[datetime] = []
 
         async def unit(tx: Tx) -> None:
@@ -148,7 +158,7 @@ class Scheduler:
                     timing = self._timing(s)
                 except (InvalidTiming, ValueError) as exc:  # e.g. a zone the system lost
                     log.error("schedule cannot be planned", schedule=s.name, reason=str(exc))
-                    positions.append(_stay(s, None))
+                    positions.append(_stay(s, now + RETRY_BROKEN))
                     continue
                 plan = plan_pass(
                     PassInput(
@@ -161,9 +171,10 @@ class Scheduler:
                 )  # fmt: skip
                 plans.append((s, plan))
             if careful:
-                full = await _full_queues(tx, plans)
-                positions += [_stay(s, now + RETRY_FULL) for s, _ in plans if _queue(s) in full]
-                plans = [(s, plan) for s, plan in plans if _queue(s) not in full]
+                await _drop_recorded(tx, plans)
+                held = await _held_back(tx, plans)
+                positions += [_stay(s, now + RETRY_FULL) for s, _ in plans if s.id in held]
+                plans = [(s, plan) for s, plan in plans if s.id not in held]
             fires: list[FireRecord] = []
             firing: list[_Fire] = []
             for s, plan in plans:
@@ -175,18 +186,16 @@ class Scheduler:
                         firing.append(_Fire(s, f.fire_time, f.cause, update=False))
                     fires.append(_ledger(s, f.fire_time, f.outcome, f.cause, None, now))
                 positions.append(_moved(s, plan))
-            created.extend(await self._make_tasks(tx, firing, now))
+            built = self._build_tasks(firing, now)
             by_slot = {(f.schedule.id, f.fire_at): f.task_id for f in firing}
             fires = [replace(r, task_id=by_slot.get((r.schedule_id, r.fire_at))) for r in fires]
+            # The ledger and the positions first: the tasks' creation takes the queues' rows,
+            # which results and claims need, so it comes last (decision 0006).
             await sstore.fires_insert(tx, fires)
             for slot in firing:
                 if slot.update:
                     report.outcomes[str(Outcome.FIRED)] += 1
-                    await sstore.fire_update(
-                        tx,
-                        _ledger(slot.schedule, slot.fire_at, Outcome.FIRED, slot.cause,
-                                slot.task_id, now),
-                    )  # fmt: skip
+                    await _record_fired(tx, slot, now)
                 fired_at.append(slot.fire_at)
             latest = {f.schedule.id: f for f in firing}  # in time order: the last one stays
             positions = [
@@ -196,6 +205,7 @@ class Scheduler:
                 for p in positions
             ]
             await sstore.schedules_advance(tx, positions, now)
+            created.extend(await self._create_tasks(tx, built, now))
             report.handled = len(schedules)
 
         await self._db.run(unit)
@@ -205,89 +215,111 @@ class Scheduler:
             await self._tasks.announce(scope, submitted, notes)
         return report
 
-    async def _make_tasks(
-        self, tx: Tx, firing: list[_Fire], now: datetime
-    ) -> list[tuple[Scope, list[Submitted], list[AdmissionNote]]]:
-        """The tasks of the slots that fire, one creation per scope; sets each slot's task."""
+    def _build_tasks(self, firing: list[_Fire], now: datetime) -> dict[Scope, list[TaskRecord]]:
+        """The tasks of the slots that fire, per scope; sets each slot's task id."""
         per_scope: defaultdict[Scope, list[_Fire]] = defaultdict(list)
         for f in firing:
             per_scope[f.schedule.scope].append(f)
-        created = []
-        for scope in sorted(per_scope):
-            group = per_scope[scope]
+        built: dict[Scope, list[TaskRecord]] = {}
+        for scope, group in per_scope.items():
             specs = [task_spec(f.schedule.task, Owner("schedule", f.schedule.id)) for f in group]
-            tasks = self._tasks.build(scope, specs, now)
-            for f, task in zip(group, tasks, strict=True):
+            built[scope] = self._tasks.build(scope, specs, now)
+            for f, task in zip(group, built[scope], strict=True):
                 f.task_id = task.id
+        return built
+
+    async def _create_tasks(
+        self, tx: Tx, built: dict[Scope, list[TaskRecord]], now: datetime
+    ) -> Created:
+        created: Created = []
+        for scope in sorted(built):  # one creation per scope, in a fixed order
             notes: list[AdmissionNote] = []
-            submitted = await self._tasks.create_in(tx, scope, tasks, now, notes)
+            submitted = await self._tasks.create_in(tx, scope, built[scope], now, notes)
             created.append((scope, submitted, notes))
         return created
 
     # -- backfills -----------------------------------------------------------------------------
 
     async def run_backfills(self) -> PassReport:
-        """One budgeted step of the oldest running backfill that no other node is stepping: up
-        to ``backfill_budget`` slots from its cursor; slots with a task are left alone."""
+        """One budgeted step of a running backfill that no other node is stepping, the oldest
+        whose queue has room: up to ``backfill_budget`` slots from its cursor (fewer when the
+        queue has less room); slots with a task are left alone. ``handled`` is 0 when no
+        backfill could take a step."""
         report = PassReport()
-        created: list[tuple[Scope, list[Submitted], list[AdmissionNote]]] = []
+        created: Created = []
 
         async def unit(tx: Tx) -> None:
-            report.handled, report.outcomes, report.lags = 0, Counter(), []
+            report.handled, report.outcomes = 0, Counter()
             created.clear()
             now = self._clock.now()
-            found = await sstore.backfills_running_lock(tx, limit=1)
-            if not found:
-                return
-            backfill = found[0]
-            report.handled = 1
-            s = await sstore.schedule_get_by_id(tx, backfill.schedule_id)
-            if s is None:
-                await sstore.backfill_update(tx, _finished(backfill, "cancelled", now))
-                return
-            s = await sstore.schedule_get(tx, s.scope, s.name, lock=True) or s
-            timing = self._timing(s)
-            # Slots from the schedule's next fire on are the due passes' to decide.
-            end = min_time(backfill.to_at, s.next_fire_at)
-            slots = backfill_slots(
-                timing, backfill.from_at, end, backfill.cursor_at, budget=self.backfill_budget
-            )
-            if not slots:
-                await sstore.backfill_update(tx, _finished(backfill, "done", now))
-                return
-            known = await sstore.fires_between(tx, s.id, slots[0], slots[-1])
-            firing = [
-                _Fire(s, t, Cause.BACKFILL, update=t in known)
-                for t in slots
-                if t not in known or (known[t].task_id is None and known[t].outcome != "queued")
-            ]
-            created.extend(await self._make_tasks(tx, firing, now))
-            await sstore.fires_insert(
-                tx,
-                [
-                    _ledger(s, f.fire_at, Outcome.FIRED, f.cause, f.task_id, now)
-                    for f in firing
-                    if not f.update
-                ],
-            )
-            for f in firing:
-                if f.update:
-                    await sstore.fire_update(
-                        tx, _ledger(s, f.fire_at, Outcome.FIRED, f.cause, f.task_id, now)
-                    )
-            report.outcomes[str(Outcome.FIRED)] += len(firing)
-            progressed = replace(
-                backfill, cursor_at=slots[-1], fired=backfill.fired + len(firing),
-                existing=backfill.existing + len(slots) - len(firing),
-            )  # fmt: skip
-            if len(slots) < self.backfill_budget:
-                progressed = _finished(progressed, "done", now)
-            await sstore.backfill_update(tx, progressed)
+            for backfill in await sstore.backfills_running_lock(tx, limit=BACKFILL_CANDIDATES):
+                fired = await self._step(tx, backfill, now, created)
+                if fired is not None:
+                    report.handled = 1
+                    report.outcomes[str(Outcome.FIRED)] += fired
+                    return
 
         await self._db.run(unit)
         for scope, submitted, notes in created:
             await self._tasks.announce(scope, submitted, notes)
         return report
+
+    async def _step(
+        self, tx: Tx, backfill: BackfillRecord, now: datetime, created: Created
+    ) -> int | None:
+        """One step of ``backfill``: how many slots it fired, or None when its queue has no
+        room (nothing written)."""
+        s = await sstore.schedule_lock_by_id(tx, backfill.schedule_id)
+        if s is None:  # the schedule was deleted: its backfills end
+            await sstore.backfill_update(tx, _finished(backfill, "cancelled", now))
+            return 0
+        try:
+            timing = self._timing(s)
+        except (InvalidTiming, ValueError) as exc:
+            log.error("backfill cannot be planned", schedule=s.name, reason=str(exc))
+            await sstore.backfill_update(tx, _finished(backfill, "failed", now))
+            return 0
+        room = await _room(tx, s)
+        budget = self.backfill_budget if room is None else min(self.backfill_budget, room)
+        if budget <= 0:
+            return None
+        # Within the schedule's bounds; slots from its next fire on are the due passes' to
+        # decide.
+        start = max_time(backfill.from_at, s.start_at)
+        end = min_time(backfill.to_at, s.next_fire_at)
+        if s.end_at is not None:
+            end = min_time(end, s.end_at + _US)
+        slots = backfill_slots(timing, start, end, backfill.cursor_at, budget=budget)
+        if not slots:
+            await sstore.backfill_update(tx, _finished(backfill, "done", now))
+            return 0
+        known = await sstore.fires_between(tx, s.id, slots[0], slots[-1])
+        firing = [
+            _Fire(s, t, Cause.BACKFILL, update=t in known)
+            for t in slots
+            if t not in known or (known[t].task_id is None and known[t].outcome != "queued")
+        ]
+        built = self._build_tasks(firing, now)
+        await sstore.fires_insert(
+            tx,
+            [
+                _ledger(s, f.fire_at, Outcome.FIRED, f.cause, f.task_id, now)
+                for f in firing
+                if not f.update
+            ],
+        )
+        for f in firing:
+            if f.update:
+                await _record_fired(tx, f, now)
+        progressed = replace(
+            backfill, cursor_at=slots[-1], fired=backfill.fired + len(firing),
+            existing=backfill.existing + len(slots) - len(firing),
+        )  # fmt: skip
+        if len(slots) < budget:
+            progressed = _finished(progressed, "done", now)
+        await sstore.backfill_update(tx, progressed)
+        created.extend(await self._create_tasks(tx, built, now))
+        return len(firing)
 
     # -- the time index ------------------------------------------------------------------------
 
@@ -317,18 +349,56 @@ def _stay(s: ScheduleRecord, due_at: datetime | None) -> Position:
                     s.queued_fire_at)  # fmt: skip
 
 
-async def _full_queues(tx: Tx, plans: list[tuple[ScheduleRecord, Plan]]) -> set[tuple[Scope, str]]:
-    """The queues that cannot take the tasks the plans would submit to them now."""
-    wanted: Counter[tuple[Scope, str]] = Counter()
+async def _room(tx: Tx, s: ScheduleRecord) -> int | None:
+    """How many more tasks the schedule's queue takes now (None: no limit)."""
+    scope, name = _queue(s)
+    queue = await store.queue_get(tx, scope, name)
+    if queue is None or queue.max_pending is None:
+        return None
+    return max(0, queue.max_pending - queue.pending)
+
+
+async def _drop_recorded(tx: Tx, plans: list[tuple[ScheduleRecord, Plan]]) -> None:
+    """Leave out of the plans the slots the ledger has already: they were decided."""
     for s, plan in plans:
-        wanted[_queue(s)] += len(plan.firing)
-    full = set()
-    for (scope, name), count in sorted(wanted.items()):
-        queue = await store.queue_get(tx, scope, name) if count else None
-        limit = None if queue is None else queue.max_pending
-        if queue is not None and limit is not None and queue.pending + count > limit:
-            full.add((scope, name))
-    return full
+        if not plan.fires:
+            continue
+        known = await sstore.fires_between(tx, s.id, plan.fires[0].fire_time,
+                                           plan.fires[-1].fire_time)  # fmt: skip
+        if known:
+            log.warning("schedule slots were decided already", schedule=s.name, slots=len(known))
+            plan.fires = [f for f in plan.fires if f.fire_time not in known]
+            if plan.queued_fire_at is not None and plan.queued_fire_at in known:
+                plan.queued_fire_at = s.queued_fire_at if plan.fire_queued is None else None
+
+
+async def _held_back(tx: Tx, plans: list[tuple[ScheduleRecord, Plan]]) -> set[str]:
+    """The schedules whose tasks do not fit in their queue's room, taking the schedules in
+    due order and each whole (the first ones that fit go)."""
+    rooms: dict[tuple[Scope, str], int | None] = {}
+    held: set[str] = set()
+    for s, plan in plans:
+        wanted = len(plan.firing)
+        if not wanted:
+            continue
+        key = _queue(s)
+        if key not in rooms:
+            rooms[key] = await _room(tx, s)
+        room = rooms[key]
+        if room is None:
+            continue
+        if wanted > room:
+            held.add(s.id)
+        else:
+            rooms[key] = room - wanted
+    return held
+
+
+async def _record_fired(tx: Tx, slot: _Fire, now: datetime) -> None:
+    """The slot's ledger row becomes fired with its task; written anew if it is gone."""
+    fired = _ledger(slot.schedule, slot.fire_at, Outcome.FIRED, slot.cause, slot.task_id, now)
+    if not await sstore.fire_update(tx, fired):
+        await sstore.fires_insert(tx, [fired])
 
 
 def _watched(s: ScheduleRecord) -> str | None:

@@ -246,3 +246,7 @@ def task_spec(template: dict[str, Any], owner: Owner) -> TaskSpec:
         labels=dict(template.get("labels") or {}),
         owner=owner,
     )
+
+
+def max_time(a: datetime, b: datetime | None) -> datetime:
+    return a if b is None or a >= b else b

@@ -155,8 +155,9 @@ async def schedule_get(
     return None if row is None else schedule_from_row(row)
 
 
-async def schedule_get_by_id(tx: Tx, schedule_id: str) -> ScheduleRecord | None:
-    row = await tx.fetch_one("schedule_get_by_id", {"id": schedule_id})
+async def schedule_lock_by_id(tx: Tx, schedule_id: str) -> ScheduleRecord | None:
+    """The schedule, its row held until the transaction ends."""
+    row = await tx.fetch_one("schedule_lock_by_id", {"id": schedule_id})
     return None if row is None else schedule_from_row(row)
 
 
@@ -299,6 +300,12 @@ async def fires_newest(
 _FAR_FUTURE = datetime.fromisoformat("9999-12-31T00:00:00+00:00")
 
 
+async def fires_last_planned(tx: Tx, schedule_id: str) -> datetime | None:
+    """The newest slot of the timing that the schedule's ledger has."""
+    row = await tx.fetch_one("fires_last_planned", {"schedule_id": schedule_id})
+    return None if row is None else row["fire_at"]
+
+
 async def fires_between(
     tx: Tx, schedule_id: str, first: datetime, last: datetime
 ) -> dict[datetime, FireRecord]:
@@ -310,7 +317,8 @@ async def fires_between(
 
 
 async def fires_prune(tx: Tx, before: datetime, *, limit: int) -> int:
-    """Delete up to ``limit`` ledger rows recorded before ``before``, oldest first."""
+    """Delete up to ``limit`` ledger rows recorded before ``before``, oldest first; a
+    ``queued`` slot's row stays until the slot is decided."""
     return await tx.execute("fires_prune", {"before": before, "limit": limit})
 
 

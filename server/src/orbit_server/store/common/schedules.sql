@@ -14,9 +14,6 @@ VALUES (:id, :tenant, :environment, :name, :version, :cron, :timezone, :interval
 -- name: schedule_get
 SELECT * FROM schedules WHERE tenant = :tenant AND environment = :environment AND name = :name
 
--- name: schedule_get_by_id
-SELECT * FROM schedules WHERE id = :id
-
 -- name: schedules_list
 SELECT * FROM schedules
  WHERE tenant = :tenant AND environment = :environment AND name > :after
@@ -54,6 +51,10 @@ SELECT * FROM schedule_fires
  WHERE schedule_id = :schedule_id AND fire_at < :before
  ORDER BY schedule_id DESC, fire_at DESC, planned DESC
  LIMIT :limit
+
+-- name: fires_last_planned
+SELECT fire_at FROM schedule_fires WHERE schedule_id = :schedule_id AND planned = 1
+ ORDER BY schedule_id DESC, fire_at DESC, planned DESC LIMIT 1
 
 -- name: fires_between
 SELECT * FROM schedule_fires

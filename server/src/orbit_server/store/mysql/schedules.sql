@@ -2,6 +2,10 @@
 SELECT * FROM schedules WHERE tenant = :tenant AND environment = :environment AND name = :name
    FOR UPDATE
 
+-- name: schedule_lock_by_id
+SELECT * FROM schedules WHERE id = :id
+   FOR UPDATE
+
 -- name: schedules_due_lock
 -- Due schedules, oldest due first; rows another node's pass holds are passed over, so that
 -- passes on several nodes split the due work instead of queueing behind each other.
@@ -27,4 +31,5 @@ SELECT * FROM schedule_backfills FORCE INDEX (schedule_backfills_state)
  WHERE state = 'running' ORDER BY state, created_at LIMIT :limit FOR UPDATE SKIP LOCKED
 
 -- name: fires_prune
-DELETE FROM schedule_fires WHERE recorded_at < :before ORDER BY recorded_at LIMIT :limit
+DELETE FROM schedule_fires WHERE recorded_at < :before AND outcome <> 'queued'
+ ORDER BY recorded_at LIMIT :limit

@@ -3,6 +3,9 @@
 -- name: schedule_lock
 SELECT * FROM schedules WHERE tenant = :tenant AND environment = :environment AND name = :name
 
+-- name: schedule_lock_by_id
+SELECT * FROM schedules WHERE id = :id
+
 -- name: schedules_due_lock
 SELECT * FROM schedules WHERE due_at <= :now ORDER BY due_at LIMIT :limit
 
@@ -17,4 +20,5 @@ SELECT * FROM schedule_backfills WHERE state = 'running' ORDER BY state, created
 
 -- name: fires_prune
 DELETE FROM schedule_fires WHERE rowid IN (
-  SELECT rowid FROM schedule_fires WHERE recorded_at < :before ORDER BY recorded_at LIMIT :limit)
+  SELECT rowid FROM schedule_fires WHERE recorded_at < :before AND outcome <> 'queued'
+   ORDER BY recorded_at LIMIT :limit)
