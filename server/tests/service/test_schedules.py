@@ -566,3 +566,25 @@ async def test_creating_again_after_a_pause_answers_the_schedule(node: Node) -> 
     again, created = await node.schedules.create(SCOPE, "tick", every(1), paused=False,
                                                  actor=ACTOR)  # fmt: skip
     assert (again.id, again.paused, created) == (first, True, False)
+
+
+@pytest.mark.covers("fires_newest_of")
+async def test_the_list_has_each_schedules_newest_entries(node: Node, clock: FakeClock) -> None:
+    for name, seconds in (("a", 1), ("b", 2), ("c", 3600)):
+        await create(node, name, every(seconds))
+    clock.advance(4000)
+    await run(node)
+    views = await node.schedules.list_schedules(SCOPE, after=None, limit=10)
+    assert [(v.schedule.name, [(f.fire_at - START).total_seconds() for f in v.recent])
+            for v in views] == [("a", [4, 3, 2, 1]), ("b", [4, 2]), ("c", [])]  # fmt: skip
+
+
+async def test_deleting_a_schedule_skips_its_queued_slot(
+    node: Node, db: Database, clock: FakeClock
+) -> None:
+    schedule_id = await create(node, "tick", every(1, overlap=Overlap.QUEUE_ONE))
+    clock.advance(2000)
+    await run(node)  # slot 1 fires, slot 2 is queued behind it
+    await node.schedules.delete(SCOPE, "tick", actor=ACTOR)
+    kept = await db.read(lambda tx: sstore.fires_newest(tx, schedule_id, before=None, limit=10))
+    assert [f.outcome for f in kept] == ["skipped", "fired"]

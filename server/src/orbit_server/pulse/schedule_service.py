@@ -157,10 +157,8 @@ class ScheduleService:
     ) -> list[ScheduleView]:
         async def unit(tx: Tx) -> list[ScheduleView]:
             found = await sstore.schedules_list(tx, scope, after=after, limit=limit)
-            return [
-                ScheduleView(s, await sstore.fires_newest(tx, s.id, before=None, limit=RECENT))
-                for s in found
-            ]
+            recent = await sstore.fires_newest_of(tx, [s.id for s in found], limit=RECENT)
+            return [ScheduleView(s, recent[s.id]) for s in found]
 
         return await self._db.read(unit)
 
@@ -287,6 +285,12 @@ class ScheduleService:
         async def unit(tx: Tx) -> None:
             s = await self._find(tx, scope, name, lock=True)
             await sstore.schedule_delete(tx, s.id)  # its backfills stop at their next step
+            if s.queued_fire_at is not None:  # the slot that waited will not fire
+                await sstore.fire_update(tx, FireRecord(
+                    schedule_id=s.id, fire_at=s.queued_fire_at, planned=True, scope=scope,
+                    schedule=s.name, outcome=str(Outcome.SKIPPED), cause=str(Cause.SCHEDULE),
+                    task_id=None, recorded_at=self._clock.now(),
+                ))  # fmt: skip
             await self._audit.record(
                 tx, scope=scope, actor=actor, action="schedule.delete", target_kind="schedule",
                 target_id=name, details={"id": s.id, "version": s.version},

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from orbit_server.scope import Scope
-from orbit_server.store.base import Row, Tx, to_db_time
+from orbit_server.store.base import Row, Tx, chunks, to_db_time
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +298,21 @@ async def fires_newest(
 
 
 _FAR_FUTURE = datetime.fromisoformat("9999-12-31T00:00:00+00:00")
+UNION_PARTS = 100  # schedules whose newest entries one statement reads
+
+
+async def fires_newest_of(
+    tx: Tx, schedule_ids: Sequence[str], *, limit: int
+) -> dict[str, list[FireRecord]]:
+    """The newest ``limit`` ledger entries of each schedule, newest first: one statement for
+    up to a hundred schedules, each part an index range of its own."""
+    found: dict[str, list[FireRecord]] = {i: [] for i in schedule_ids}
+    for part in chunks(schedule_ids, UNION_PARTS):
+        many = [{"schedule_id": i, "before": _FAR_FUTURE, "limit": limit} for i in part]
+        for row in await tx.fetch_union("fires_newest", many):
+            fire = fire_from_row(row)
+            found[fire.schedule_id].append(fire)
+    return found
 
 
 async def fires_last_planned(tx: Tx, schedule_id: str) -> datetime | None:
