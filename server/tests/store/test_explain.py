@@ -223,3 +223,57 @@ async def test_locking_statements_over_a_list_go_through_the_primary_key(
     plan = await node.db.run(unit)
     [read] = [p for p in plan if p["table"] in ("key_permits", "r", "tasks")]
     assert read["key"] == "PRIMARY" and read["type"] in ("range", "eq_ref"), plan
+
+
+SCHEDULE_PLANS: dict[str, tuple[str, dict[str, Any]]] = {
+    "schedules_due_lock": ("schedules_due", {"limit": 500}),
+    "schedules_due_times": ("schedules_due", {"limit": 1}),
+    "fires_newest": ("PRIMARY", {"limit": 10}),
+    "fires_between": ("PRIMARY", {}),
+    "fires_prune": ("schedule_fires_age", {"limit": 500}),
+    "backfills_running_lock": ("schedule_backfills_state", {"limit": 8}),
+    "backfills_of": ("schedule_backfills_schedule", {"limit": 100}),
+}
+
+
+@pytest.mark.parametrize("query", sorted(SCHEDULE_PLANS))
+async def test_scheduler_queries_use_their_index_without_sorting(
+    node: Node, clock: FakeClock, query: str
+) -> None:
+    if node.db.dialect != "mysql":
+        pytest.skip("the plans checked here are InnoDB's")
+    from orbit_server.audit import Actor
+    from orbit_server.pulse.schedules import Definition, TimingSpec
+
+    for i in range(40):
+        definition = Definition(
+            TimingSpec(None, "UTC", 1000 * (1 + i % 5)), {"queue": "q", "type": "t"}
+        )
+        await node.schedules.create(SCOPE, f"s{i}", definition, paused=False, actor=Actor("t"))
+    clock.advance(timedelta(seconds=30))
+    while (await node.scheduler.run_due()).handled:
+        pass
+    for i in range(20):
+        await node.schedules.backfill(SCOPE, f"s{i}", clock.now() - timedelta(seconds=60),
+                                      clock.now(), actor=Actor("t"))  # fmt: skip
+    [first] = await node.schedules.list_schedules(SCOPE, after=None, limit=1)
+    index, params = SCHEDULE_PLANS[query]
+    values = {
+        "tenant": SCOPE.tenant,
+        "environment": SCOPE.environment,
+        "now": clock.now(),
+        "before": clock.now(),
+        "schedule_id": first.schedule.id,
+        "first": clock.now() - timedelta(seconds=20),
+        "last": clock.now(),
+        **params,
+    }
+    sql, args = node.db.queries.bind(query, values)
+
+    async def unit(tx: Tx) -> list[dict[str, Any]]:
+        return await explain(tx, sql, tuple(args))
+
+    plan = await node.db.run(unit)
+    first_row = plan[0]
+    assert str(first_row["key"]).split("|")[0] == index, [(p["key"], p.get("Extra")) for p in plan]
+    assert "filesort" not in str(first_row.get("Extra") or "").lower(), plan

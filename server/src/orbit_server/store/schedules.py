@@ -316,9 +316,10 @@ async def fires_newest_of(
 
 
 async def fires_last_planned(tx: Tx, schedule_id: str) -> datetime | None:
-    """The newest slot of the timing that the schedule's ledger has."""
+    """The newest slot of the timing that the schedule's ledger has (read only when a change
+    replans a schedule: the index range of all its rows)."""
     row = await tx.fetch_one("fires_last_planned", {"schedule_id": schedule_id})
-    return None if row is None else row["fire_at"]
+    return None if row is None else row["fire_at"]  # MAX of no rows is NULL
 
 
 async def fires_between(

@@ -17,7 +17,7 @@ SELECT * FROM schedules WHERE tenant = :tenant AND environment = :environment AN
 -- name: schedules_list
 SELECT * FROM schedules
  WHERE tenant = :tenant AND environment = :environment AND name > :after
- ORDER BY tenant, environment, name
+ ORDER BY name
  LIMIT :limit
 
 -- name: schedule_update
@@ -47,14 +47,15 @@ UPDATE schedule_fires SET outcome = :outcome, cause = :cause, task_id = :task_id
  WHERE schedule_id = :schedule_id AND fire_at = :fire_at AND planned = :planned
 
 -- name: fires_newest
+-- The key's order backwards; naming the equal schedule_id in the ORDER BY made MariaDB sort.
 SELECT * FROM schedule_fires
  WHERE schedule_id = :schedule_id AND fire_at < :before
- ORDER BY schedule_id DESC, fire_at DESC, planned DESC
+ ORDER BY fire_at DESC, planned DESC
  LIMIT :limit
 
 -- name: fires_last_planned
-SELECT fire_at FROM schedule_fires WHERE schedule_id = :schedule_id AND planned = 1
- ORDER BY schedule_id DESC, fire_at DESC, planned DESC LIMIT 1
+SELECT MAX(fire_at) AS fire_at FROM schedule_fires
+ WHERE schedule_id = :schedule_id AND planned = 1
 
 -- name: fires_between
 SELECT * FROM schedule_fires
@@ -71,7 +72,7 @@ SELECT * FROM schedule_backfills WHERE id = :id AND schedule_id = :schedule_id
 
 -- name: backfills_of
 SELECT * FROM schedule_backfills WHERE schedule_id = :schedule_id
- ORDER BY schedule_id DESC, created_at DESC, id DESC LIMIT :limit
+ ORDER BY created_at DESC, id DESC LIMIT :limit
 
 -- name: backfill_update
 UPDATE schedule_backfills SET cursor_at = :cursor_at, state = :state, fired = :fired,

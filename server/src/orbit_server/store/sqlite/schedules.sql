@@ -16,7 +16,7 @@ UPDATE schedules
  WHERE id = :id
 
 -- name: backfills_running_lock
-SELECT * FROM schedule_backfills WHERE state = 'running' ORDER BY state, created_at LIMIT :limit
+SELECT * FROM schedule_backfills WHERE state = 'running' ORDER BY created_at LIMIT :limit
 
 -- name: fires_prune
 DELETE FROM schedule_fires WHERE rowid IN (
