@@ -41,6 +41,16 @@ PLANS: dict[str, tuple[str, dict[str, Any]]] = {
     "gate_pending_keys": ("tasks_gate", {"gate_id": "gate_1"}),
     "queue_pending_keys": ("tasks_key", {"queue": "emails"}),
     "tasks_finished_before": ("tasks_finished", {"limit": 50, "before": "now"}),
+    # Lists, newest first (all seeded tasks are of one queue, so a broader index in id order
+    # serves as well): the ORDER BY names only the index's columns after the equal ones
+    # (naming those too made MariaDB sort every matching row).
+    "task_list": ("tasks_scope", {"limit": 50}),
+    "task_list_by_state": ("tasks_state", {"state": "pending", "limit": 50}),
+    "task_list_by_queue": ("tasks_queue|tasks_scope", {"queue": "emails", "limit": 50}),
+    "task_list_by_queue_state": (
+        "tasks_queue_state|tasks_state|tasks_scope",
+        {"queue": "emails", "state": "pending", "limit": 50},
+    ),
 }
 
 
@@ -89,7 +99,9 @@ async def test_claim_and_scan_queries_use_their_index_without_sorting(
     plan = await node.db.run(unit)
     first = plan[0]
     # "index|other" is access through index with a rowid filter built from the other one
-    assert str(first["key"]).split("|")[0] == index, [(p["key"], p.get("Extra")) for p in plan]
+    assert str(first["key"]).split("|")[0] in index.split("|"), [
+        (p["key"], p.get("Extra")) for p in plan
+    ]
     assert "filesort" not in str(first.get("Extra") or "").lower(), plan
 
 

@@ -21,7 +21,7 @@ SELECT id, tenant, environment, name, roles, queues, secret_hash, created_at, re
 -- name: key_list_scoped
 SELECT id, tenant, environment, name, roles, queues, secret_hash, created_at, revoked_at
   FROM api_keys WHERE tenant = :tenant AND environment = :environment AND id > :after
- ORDER BY tenant, environment, id LIMIT :limit
+ ORDER BY id LIMIT :limit
 
 -- name: key_list_all
 SELECT id, tenant, environment, name, roles, queues, secret_hash, created_at, revoked_at
@@ -37,11 +37,11 @@ VALUES (:id, :tenant, :environment, :actor, :action, :target_kind, :target_id, :
 -- name: audit_list
 SELECT id, tenant, environment, actor, action, target_kind, target_id, details, request_id, created_at
   FROM audit_log WHERE tenant = :tenant AND environment = :environment AND id < :before
- ORDER BY tenant DESC, environment DESC, id DESC LIMIT :limit
+ ORDER BY id DESC LIMIT :limit
 
 -- name: audit_list_target
 SELECT id, tenant, environment, actor, action, target_kind, target_id, details, request_id, created_at
   FROM audit_log
  WHERE tenant = :tenant AND environment = :environment AND target_kind = :target_kind
    AND target_id = :target_id AND id < :before
- ORDER BY tenant DESC, environment DESC, target_kind DESC, target_id DESC, id DESC LIMIT :limit
+ ORDER BY id DESC LIMIT :limit

@@ -15,7 +15,7 @@ SELECT tenant, environment, name, paused, concurrency_limit, key_concurrency, ma
 SELECT tenant, environment, name, paused, concurrency_limit, key_concurrency, max_pending,
        pending, active, created_at, updated_at
   FROM queues WHERE tenant = :tenant AND environment = :environment AND name > :after
- ORDER BY tenant, environment, name LIMIT :limit
+ ORDER BY name LIMIT :limit
 
 -- name: queue_update_settings
 UPDATE queues SET paused = :paused, concurrency_limit = :concurrency_limit,
@@ -98,23 +98,23 @@ SELECT * FROM tasks
 
 -- name: task_list
 SELECT * FROM tasks WHERE tenant = :tenant AND environment = :environment AND id < :before
- ORDER BY tenant DESC, environment DESC, id DESC LIMIT :limit
+ ORDER BY id DESC LIMIT :limit
 
 -- name: task_list_by_state
 SELECT * FROM tasks
  WHERE tenant = :tenant AND environment = :environment AND state = :state AND id < :before
- ORDER BY tenant DESC, environment DESC, state DESC, id DESC LIMIT :limit
+ ORDER BY id DESC LIMIT :limit
 
 -- name: task_list_by_queue
 SELECT * FROM tasks
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND id < :before
- ORDER BY tenant DESC, environment DESC, queue DESC, id DESC LIMIT :limit
+ ORDER BY id DESC LIMIT :limit
 
 -- name: task_list_by_queue_state
 SELECT * FROM tasks
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND state = :state
    AND id < :before
- ORDER BY tenant DESC, environment DESC, queue DESC, state DESC, id DESC LIMIT :limit
+ ORDER BY id DESC LIMIT :limit
 
 -- name: task_ready_insert
 INSERT INTO task_ready (task_id, tenant, environment, queue, type, priority, run_at, fairness_key,
