@@ -230,15 +230,7 @@ def schedule_create(
 ) -> Operation[Schedule]:
     """``POST /v1/schedules``: the fields given; ``paused`` only when ``True``."""
     body: dict[str, Any] = {"name": name, "task": _template(task)}
-    optional = {
-        "cron": cron,
-        "timezone": timezone,
-        "interval_ms": interval_ms,
-        "catchup": catchup,
-        "catchup_max": catchup_max,
-        "overlap": overlap,
-    }
-    body.update((field, value) for field, value in optional.items() if value is not None)
+    body.update(_given(cron, timezone, interval_ms, catchup, catchup_max, overlap))
     if start_at is not None:
         body["start_at"] = _instant("start_at", start_at)
     if end_at is not None:
@@ -246,6 +238,26 @@ def schedule_create(
     if paused:
         body["paused"] = True
     return Operation("POST", "/v1/schedules", _schedule.decode, body)
+
+
+def _given(
+    cron: str | None,
+    timezone: str | None,
+    interval_ms: int | None,
+    catchup: Catchup | None,
+    catchup_max: int | None,
+    overlap: Overlap | None,
+) -> dict[str, Any]:
+    """The timing and policy fields that were given (not None), by their HTTP names."""
+    fields = {
+        "cron": cron,
+        "timezone": timezone,
+        "interval_ms": interval_ms,
+        "catchup": catchup,
+        "catchup_max": catchup_max,
+        "overlap": overlap,
+    }
+    return {field: value for field, value in fields.items() if value is not None}
 
 
 def schedule_get(name: str, *, preview: int | None) -> Operation[Schedule]:
@@ -280,15 +292,7 @@ def schedule_update(
         body["version"] = version
     if task is not None:
         body["task"] = _template(task)
-    optional = {
-        "cron": cron,
-        "timezone": timezone,
-        "interval_ms": interval_ms,
-        "catchup": catchup,
-        "catchup_max": catchup_max,
-        "overlap": overlap,
-    }
-    body.update((field, value) for field, value in optional.items() if value is not None)
+    body.update(_given(cron, timezone, interval_ms, catchup, catchup_max, overlap))
     if start_at is not UNSET:
         body["start_at"] = None if start_at is None else _instant("start_at", start_at)
     if end_at is not UNSET:

@@ -26,6 +26,7 @@ from orbit_server.pulse.schedules import (
     Outcome,
     Overlap,
     TimingSpec,
+    due_at,
     first_slot,
     max_time,
     preview,
@@ -232,7 +233,7 @@ class ScheduleService:
                 timezone=after.timing.timezone, interval_ms=after.timing.interval_ms,
                 task=after.task, catchup=str(after.catchup), catchup_max=after.catchup_max,
                 overlap=str(after.overlap), start_at=after.start_at, end_at=after.end_at,
-                next_fire_at=nxt, due_at=_due(nxt, s.queued_fire_at, now) if replan else s.due_at,
+                next_fire_at=nxt, due_at=due_at(nxt, s.queued_fire_at, now) if replan else s.due_at,
                 updated_at=now,
             )  # fmt: skip
             await sstore.schedule_update(tx, updated)
@@ -265,7 +266,7 @@ class ScheduleService:
             updated = dataclasses.replace(
                 s, paused=paused, paused_reason=reason if paused else None, updated_at=now,
                 # Resumed: a slot queued while paused is looked at again at once.
-                due_at=s.due_at if paused else _due(s.next_fire_at, s.queued_fire_at, now),
+                due_at=s.due_at if paused else due_at(s.next_fire_at, s.queued_fire_at, now),
             )  # fmt: skip
             await sstore.schedule_update(tx, updated)
             await self._audit.record(
@@ -396,14 +397,6 @@ class ScheduleService:
         if found is None:
             raise NotFound("no such schedule")
         return found
-
-
-def _due(
-    next_fire_at: datetime | None, queued_fire_at: datetime | None, now: datetime
-) -> datetime | None:
-    if queued_fire_at is not None:
-        return now if next_fire_at is None or now < next_fire_at else next_fire_at
-    return next_fire_at
 
 
 def _described(d: Definition) -> dict[str, Any]:

@@ -186,12 +186,19 @@ def plan_pass(s: PassInput, now: datetime, *, misfire: timedelta, budget: int) -
         else:
             plan.fires.append(Fire(t, Outcome.SKIPPED, cause))
 
-    plan.due_at = plan.next_fire_at
-    if more_due:
-        plan.due_at = now
-    elif plan.queued_fire_at is not None:
-        plan.due_at = min_time(now + QUEUED_RECHECK, plan.next_fire_at)
+    recheck = now + QUEUED_RECHECK
+    plan.due_at = now if more_due else due_at(plan.next_fire_at, plan.queued_fire_at, recheck)
     return plan
+
+
+def due_at(
+    next_fire_at: datetime | None, queued_fire_at: datetime | None, look_again: datetime
+) -> datetime | None:
+    """When a pass must look at a schedule: at its next slot, or at ``look_again`` if that is
+    sooner while a slot is queued (waiting for the previous task to settle)."""
+    if queued_fire_at is None:
+        return next_fire_at
+    return min_time(look_again, next_fire_at)
 
 
 def backfill_slots(

@@ -30,7 +30,7 @@ from orbit_server.api.wire_schedules import (
 from orbit_server.api.wire_tasks import TaskSubmit, TaskTemplate
 from orbit_server.config import Settings
 from orbit_server.errors import InvalidRequest
-from orbit_server.governance.keys import Role
+from orbit_server.governance.keys import Principal, Role
 from orbit_server.pulse.schedules import Catchup, Definition, Overlap, TimingSpec
 from orbit_server.runtime.node import Node
 
@@ -48,7 +48,7 @@ def template_of(task: TaskTemplate, settings: Settings) -> dict[str, Any]:
     return msgspec.to_builtins(task)  # type: ignore[no-any-return]
 
 
-async def _view(node: Node, principal: Any, name: str) -> Schedule:
+async def _view(node: Node, principal: Principal, name: str) -> Schedule:
     return Schedule.of(await node.schedules.get(principal.scope, name))
 
 
