@@ -30,6 +30,8 @@ from orbit_server.runtime.ratelimit import RateLimiter
 from orbit_server.runtime.roles import Supervisor
 from orbit_server.store import Database, open_database
 from orbit_server.store.migrate import schema_status
+from orbit_server.weave.runner import Runner, events_loop, waits_loop
+from orbit_server.weave.service import WorkflowService
 
 log = structlog.get_logger("orbit.bootstrap")
 
@@ -113,6 +115,17 @@ async def build_node(
         "retention",
         lambda: retention_loop(lambda: prune_history(tasks, schedules, sessions, settings)),
     )
+    gates = GateService(db, clock)
+    workflows = WorkflowService(db, clock, audit_writer, tasks, gates)
+    runner = Runner(db, clock, tasks, workflows)
+    supervisor.register(
+        ServerRole.EVENTS, "workflow-events", lambda: events_loop(runner, watch.settled)
+    )
+    supervisor.register(
+        ServerRole.ADVANCEMENT,
+        "workflow-waits",
+        lambda: waits_loop(runner, workflows.changed, clock),
+    )
     return Node(
         settings=settings,
         clock=clock,
@@ -127,10 +140,12 @@ async def build_node(
         tasks=tasks,
         queues=QueueService(db, clock, audit_writer),
         workers=workers,
-        gates=GateService(db, clock),
+        gates=gates,
         schedules=schedules,
         scheduler=scheduler,
         sessions=sessions,
+        workflows=workflows,
+        runner=runner,
         watch=watch,
         submit_limiter=RateLimiter(settings.submit_rate_per_key, settings.submit_burst_per_key),
     )

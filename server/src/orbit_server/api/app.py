@@ -13,7 +13,7 @@ from orbit_server import __version__
 from orbit_server.api.auth import authenticate
 from orbit_server.api.errors import handle_exception
 from orbit_server.api.middleware import OrbitHTTPMiddleware
-from orbit_server.api.routes import audit, health, keys, queues, schedules, tasks
+from orbit_server.api.routes import audit, health, keys, queues, schedules, tasks, workflows
 from orbit_server.config import ServerRole, Settings
 from orbit_server.runtime.node import Node
 
@@ -53,6 +53,20 @@ API_ROUTES: list[Any] = [
     schedules.list_backfills,
     schedules.get_backfill,
     schedules.list_fires,
+    workflows.publish_definition,
+    workflows.list_definitions,
+    workflows.get_definition,
+    workflows.start_workflow,
+    workflows.get_workflow,
+    workflows.list_workflows,
+    workflows.list_steps,
+    workflows.send_signal,
+    workflows.pause_workflow,
+    workflows.resume_workflow,
+    workflows.cancel_workflow,
+    workflows.retry_step,
+    workflows.skip_step,
+    workflows.resolve_step,
 ]
 
 

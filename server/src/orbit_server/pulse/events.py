@@ -28,6 +28,16 @@ class EventConsumer:
 
         return await self._db.read(unit)
 
+    @staticmethod
+    async def pending_owned(tx: Tx, owner_kind: str, *, limit: int) -> list[TaskEventRecord]:
+        """Pending events of tasks owned by ``owner_kind``, oldest first."""
+        return await store.task_event_list_pending_owned(tx, owner_kind, limit=limit)
+
+    async def mark_in(self, tx: Tx, event: TaskEventRecord) -> bool:
+        """Mark ``event`` processed in the caller's transaction, which handles it; False when
+        it was processed already (the caller then handles nothing)."""
+        return await store.task_event_mark_processed(tx, event.id, self._clock.now())
+
     async def process(self, event: TaskEventRecord, handle: Handler) -> bool:
         """Run ``handle`` and mark the event processed in one transaction.
 

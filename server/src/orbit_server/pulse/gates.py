@@ -21,36 +21,42 @@ class GateService:
         self._clock = clock
 
     async def create(self, scope: Scope) -> str:
+        async def unit(tx: Tx) -> str:
+            return await self.create_in(tx, scope)
+
+        return await self._db.run(unit)
+
+    async def create_in(self, tx: Tx, scope: Scope) -> str:
+        """A new open gate, in the caller's transaction (a workflow's start)."""
         gate_id = new_id("gate_")
-
-        async def unit(tx: Tx) -> None:
-            await lstore.gate_create(tx, scope, gate_id, self._clock.now())
-
-        await self._db.run(unit)
+        await lstore.gate_create(tx, scope, gate_id, self._clock.now())
         return gate_id
 
     async def set_open(self, scope: Scope, gate_id: str, *, open_: bool) -> GateRecord:
         """Open or close; once a close has committed no claim or start of its tasks succeeds."""
 
-        async def unit(tx: Tx) -> GateRecord | None:
-            before = await lstore.gate_get(tx, scope, gate_id, lock=True)
-            if before is None:
-                return None
-            now = self._clock.now()
-            await lstore.gate_set(tx, scope, gate_id, open_=open_, now=now)
-            if before.open != open_:
-                await lstore.gate_park(tx, gate_id, open_=open_)
-                # Tasks with a concurrency key enter and leave through their key's admission.
-                by_queue: dict[tuple[Scope, str], list[str]] = defaultdict(list)
-                for key_scope, queue, key in await lstore.gate_pending_keys(tx, gate_id):
-                    by_queue[(key_scope, queue)].append(key)
-                for (key_scope, queue), keys in sorted(by_queue.items()):
-                    await admit_keys(tx, key_scope, queue, keys, now)
-            return await lstore.gate_get(tx, scope, gate_id)
+        async def unit(tx: Tx) -> GateRecord:
+            return await self.set_open_in(tx, scope, gate_id, open_=open_)
 
-        gate = await self._db.run(unit)
-        if gate is None:
+        return await self._db.run(unit)
+
+    async def set_open_in(self, tx: Tx, scope: Scope, gate_id: str, *, open_: bool) -> GateRecord:
+        """:meth:`set_open` in the caller's transaction (a workflow's pause and resume)."""
+        before = await lstore.gate_get(tx, scope, gate_id, lock=True)
+        if before is None:
             raise NotFound("no such gate")
+        now = self._clock.now()
+        await lstore.gate_set(tx, scope, gate_id, open_=open_, now=now)
+        if before.open != open_:
+            await lstore.gate_park(tx, gate_id, open_=open_)
+            # Tasks with a concurrency key enter and leave through their key's admission.
+            by_queue: dict[tuple[Scope, str], list[str]] = defaultdict(list)
+            for key_scope, queue, key in await lstore.gate_pending_keys(tx, gate_id):
+                by_queue[(key_scope, queue)].append(key)
+            for (key_scope, queue), keys in sorted(by_queue.items()):
+                await admit_keys(tx, key_scope, queue, keys, now)
+        gate = await lstore.gate_get(tx, scope, gate_id)
+        assert gate is not None
         return gate
 
     async def get(self, scope: Scope, gate_id: str) -> GateRecord:

@@ -401,56 +401,65 @@ class TaskService:
         """Cancel work that has not started at once; ask running work to stop (P5)."""
 
         async def unit(tx: Tx) -> TaskRecord:
-            now = self._clock.now()
-            seen = await store.task_get(tx, scope, task_id)
-            if seen is None:
-                raise NotFound("no such task")
-            if seen.state in (TaskState.SCHEDULED, TaskState.PENDING, TaskState.LEASED):
-                # The claim's lock order: the queue row before the task's rows.
-                await store.queue_lock_or_create(tx, scope, seen.queue, now)
-            task = await store.task_get(tx, scope, task_id, lock=True)
-            assert task is not None
-            state = TaskState(task.state)
-            if state is TaskState.CANCELLED or (
-                state is TaskState.RUNNING and task.cancel_requested
-            ):
-                return task  # already cancelled or asked: nothing more to do or to audit
-            if state is TaskState.RUNNING:
-                await store.task_request_cancel(tx, task.id, reason, now)
-            else:
-                try:
-                    decision = decide(state, Event.CANCEL)
-                except IllegalTransition:
-                    raise StateConflict(f"a {state} task cannot be cancelled") from None
-                if not await store.task_finish_unstarted(
-                    tx, task, state=str(decision.after), reason=reason, now=now
-                ):
-                    raise StateConflict("the task changed meanwhile; read it and try again")
-                await self._leave(tx, task, state, now)
-                if state is TaskState.LEASED:
-                    await lstore.attempt_update(
-                        tx, task.id, task.lease_epoch, state="cancelled", cause="cancel",
-                        ended_at=now,
-                    )  # fmt: skip
-                await emit_result(tx, task, decision.after, now)
-            await self._audit.record(
-                tx,
-                scope=scope,
-                actor=actor,
-                action="task.cancel",
-                target_kind="task",
-                target_id=task.id,
-                details={"state_before": str(state), "reason": reason},
-            )
-            refreshed = await store.task_get(tx, scope, task.id)
-            assert refreshed is not None
-            return refreshed
+            return await self.cancel_in(tx, scope, task_id, reason=reason, actor=actor)
 
         task = await self._db.run(unit)
+        self.after_cancel(task)
+        return task
+
+    def after_cancel(self, task: TaskRecord) -> None:
+        """After the commit of :meth:`cancel_in`: wake the task's waiters and its worker."""
         self._watch.notify(task.id)
         if task.state == TaskState.RUNNING and task.cancel_requested:
             self._watch.notify_cancel_requested(task.id, task.cancel_reason)
-        return task
+
+    async def cancel_in(
+        self, tx: Tx, scope: Scope, task_id: str, *, reason: str | None, actor: Actor
+    ) -> TaskRecord:
+        """:meth:`cancel` in the caller's transaction (a workflow's cancel); after the commit,
+        the caller passes the answer to :meth:`after_cancel`."""
+        now = self._clock.now()
+        seen = await store.task_get(tx, scope, task_id)
+        if seen is None:
+            raise NotFound("no such task")
+        if seen.state in (TaskState.SCHEDULED, TaskState.PENDING, TaskState.LEASED):
+            # The claim's lock order: the queue row before the task's rows.
+            await store.queue_lock_or_create(tx, scope, seen.queue, now)
+        task = await store.task_get(tx, scope, task_id, lock=True)
+        assert task is not None
+        state = TaskState(task.state)
+        if state is TaskState.CANCELLED or (state is TaskState.RUNNING and task.cancel_requested):
+            return task  # already cancelled or asked: nothing more to do or to audit
+        if state is TaskState.RUNNING:
+            await store.task_request_cancel(tx, task.id, reason, now)
+        else:
+            try:
+                decision = decide(state, Event.CANCEL)
+            except IllegalTransition:
+                raise StateConflict(f"a {state} task cannot be cancelled") from None
+            if not await store.task_finish_unstarted(
+                tx, task, state=str(decision.after), reason=reason, now=now
+            ):
+                raise StateConflict("the task changed meanwhile; read it and try again")
+            await self._leave(tx, task, state, now)
+            if state is TaskState.LEASED:
+                await lstore.attempt_update(
+                    tx, task.id, task.lease_epoch, state="cancelled", cause="cancel",
+                    ended_at=now,
+                )  # fmt: skip
+            await emit_result(tx, task, decision.after, now)
+        await self._audit.record(
+            tx,
+            scope=scope,
+            actor=actor,
+            action="task.cancel",
+            target_kind="task",
+            target_id=task.id,
+            details={"state_before": str(state), "reason": reason},
+        )
+        refreshed = await store.task_get(tx, scope, task.id)
+        assert refreshed is not None
+        return refreshed
 
     # -- history (P10) ------------------------------------------------------------------------
 
@@ -517,35 +526,56 @@ class TaskService:
         actor: Actor,
     ) -> TaskRecord:
         """An operator's decision on work whose outcome was unknown (needs_review)."""
-        event = Event.RESOLVE_SUCCEEDED if succeeded else Event.RESOLVE_FAILED
 
         async def unit(tx: Tx) -> TaskRecord:
-            task = await store.task_get(tx, scope, task_id, lock=True)
-            if task is None:
-                raise NotFound("no such task")
-            try:
-                decision = decide(TaskState(task.state), event)
-            except IllegalTransition:
-                raise StateConflict(
-                    f"only needs_review tasks can be resolved, not {task.state}"
-                ) from None
-            now = self._clock.now()
-            await store.task_resolve(
-                tx, task_id, state=str(decision.after), result=result if succeeded else None,
-                error=None if succeeded else error, now=now,
-            )  # fmt: skip
-            await emit_result(tx, task, decision.after, now)
-            await self._audit.record(
-                tx, scope=scope, actor=actor, action="task.resolve", target_kind="task",
-                target_id=task_id, details={"outcome": str(decision.after)},
-            )  # fmt: skip
-            resolved = await store.task_get(tx, scope, task_id)
-            assert resolved is not None
-            return resolved
+            return await self.resolve_in(
+                tx, scope, task_id, succeeded=succeeded, result=result, error=error, actor=actor
+            )
 
         task = await self._db.run(unit)
         self._watch.notify(task.id)
         return task
+
+    async def resolve_in(
+        self,
+        tx: Tx,
+        scope: Scope,
+        task_id: str,
+        *,
+        succeeded: bool,
+        result: Any,
+        error: dict[str, Any] | None,
+        actor: Actor,
+    ) -> TaskRecord:
+        """:meth:`resolve` in the caller's transaction (a workflow step's resolution)."""
+        event = Event.RESOLVE_SUCCEEDED if succeeded else Event.RESOLVE_FAILED
+        task = await store.task_get(tx, scope, task_id, lock=True)
+        if task is None:
+            raise NotFound("no such task")
+        try:
+            decision = decide(TaskState(task.state), event)
+        except IllegalTransition:
+            raise StateConflict(
+                f"only needs_review tasks can be resolved, not {task.state}"
+            ) from None
+        now = self._clock.now()
+        await store.task_resolve(
+            tx, task_id, state=str(decision.after), result=result if succeeded else None,
+            error=None if succeeded else error, now=now,
+        )  # fmt: skip
+        await emit_result(tx, task, decision.after, now)
+        await self._audit.record(
+            tx, scope=scope, actor=actor, action="task.resolve", target_kind="task",
+            target_id=task_id, details={"outcome": str(decision.after)},
+        )  # fmt: skip
+        resolved = await store.task_get(tx, scope, task_id)
+        assert resolved is not None
+        return resolved
+
+    @staticmethod
+    async def read_in(tx: Tx, scope: Scope, task_id: str) -> TaskRecord | None:
+        """One task of the scope, read in the caller's transaction."""
+        return await store.task_get(tx, scope, task_id)
 
     async def _leave(self, tx: Tx, task: TaskRecord, state: TaskState, now: datetime) -> None:
         """Give back what a task held in ``state`` as it leaves it for good."""

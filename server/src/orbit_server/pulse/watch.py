@@ -24,6 +24,8 @@ class TaskWatch:
         self._queues: dict[tuple[Scope, str], asyncio.Event] = {}
         self._work: set[tuple[Scope, str]] = set()  # queues known to have new claimable work
         self._cancel_listeners: list[Callable[[str, str | None], None]] = []
+        # Set whenever a task changed here; the consumers of result events wait on it.
+        self.settled = asyncio.Event()
 
     @contextlib.contextmanager
     def watching(self, task_id: str) -> Iterator[asyncio.Event]:
@@ -46,6 +48,7 @@ class TaskWatch:
         return list(self._waiters)
 
     def notify(self, task_id: str) -> None:
+        self.settled.set()
         for event in self._waiters.get(task_id, ()):
             event.set()
 

@@ -20,6 +20,8 @@ from orbit_server.runtime.health import ReadinessProbe
 from orbit_server.runtime.ratelimit import RateLimiter
 from orbit_server.runtime.roles import Supervisor
 from orbit_server.store import Database, ServerInfo
+from orbit_server.weave.runner import Runner
+from orbit_server.weave.service import WorkflowService
 
 
 @dataclass(slots=True)
@@ -41,6 +43,8 @@ class Node:
     schedules: ScheduleService
     scheduler: Scheduler  # its loop runs with the scheduler role
     sessions: SessionService
+    workflows: WorkflowService
+    runner: Runner  # its loops run with the advancement and events roles
     watch: TaskWatch
     submit_limiter: RateLimiter
 

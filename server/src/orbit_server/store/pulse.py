@@ -540,6 +540,20 @@ async def task_event_insert(tx: Tx, event: TaskEventRecord) -> bool:
 
 async def task_event_list_pending(tx: Tx, *, limit: int, after: str = "") -> list[TaskEventRecord]:
     rows = await tx.fetch_all("task_event_list_pending", {"after": after, "limit": limit})
+    return _events(rows)
+
+
+async def task_event_list_pending_owned(
+    tx: Tx, owner_kind: str, *, limit: int, after: str = ""
+) -> list[TaskEventRecord]:
+    """Unprocessed events of tasks owned by ``owner_kind``, oldest first."""
+    rows = await tx.fetch_all(
+        "task_event_list_pending_owned", {"owner_kind": owner_kind, "after": after, "limit": limit}
+    )
+    return _events(rows)
+
+
+def _events(rows: Sequence[Row]) -> list[TaskEventRecord]:
     return [
         TaskEventRecord(
             id=str(r["id"]),

@@ -147,6 +147,12 @@ VALUES (:id, :tenant, :environment, :task_id, :attempt, :seq, :state, :owner_kin
 SELECT id, tenant, environment, task_id, attempt, seq, state, owner_kind, owner_id, created_at
   FROM task_events WHERE processed = 0 AND id > :after ORDER BY processed, id LIMIT :limit
 
+-- name: task_event_list_pending_owned
+-- A consumer's events (Weave's: owner_kind 'workflow'), oldest first.
+SELECT id, tenant, environment, task_id, attempt, seq, state, owner_kind, owner_id, created_at
+  FROM task_events WHERE owner_kind = :owner_kind AND processed = 0 AND id > :after
+ ORDER BY id LIMIT :limit
+
 -- name: attempt_list
 SELECT task_id, number, state, cause, worker_id, session_id, node, leased_at, started_at,
        ended_at, lease_expires_at, error

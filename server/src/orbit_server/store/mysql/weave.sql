@@ -1,0 +1,3 @@
+-- name: workflow_lock
+SELECT * FROM workflows WHERE id = :id
+   FOR UPDATE

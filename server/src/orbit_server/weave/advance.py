@@ -1,0 +1,599 @@
+"""One advancement of one instance, inside the caller's transaction (SPEC W3, decision 0015).
+
+An :class:`Advance` is made with the instance's row already locked. Its methods record what
+happened to a step execution and follow the definition from there: enter the next steps, ask
+Pulse for their tasks, wait, join branches, fan out and in, end the instance. Writes are
+gathered and made by :meth:`Advance.flush`: new step rows in one statement, changed ones by
+key, the new tasks through ``TaskService.create_in`` (one batch), the instance last.
+
+Work cap (W9): one advancement enters at most ``WORK_CAP`` steps without a task; past that
+the step is written ``pending`` and due now, and the wait loop continues in a new
+transaction. A map starts at most ``max_concurrency`` items per advancement (≤ 1,000).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timedelta
+from typing import Any
+
+from orbit_server.audit import Actor
+from orbit_server.errors import StateConflict
+from orbit_server.pulse.model import Owner
+from orbit_server.pulse.service import Submitted, TaskService
+from orbit_server.store import Tx
+from orbit_server.store import weave as store
+from orbit_server.store.admissions import AdmissionNote
+from orbit_server.store.pulse import TaskRecord
+from orbit_server.store.weave import StepRecord, WorkflowRecord
+from orbit_server.weave import engine
+from orbit_server.weave.definition import (
+    ChoiceStep,
+    Definition,
+    FailStep,
+    MapStep,
+    ParallelStep,
+    PollStep,
+    SignalStep,
+    Step,
+    SucceedStep,
+    TaskFields,
+    TaskStep,
+    TimerStep,
+)
+from orbit_server.weave.engine import (
+    ACTIVE,
+    FINISHED,
+    Failure,
+    Goto,
+    ListEnd,
+    Outcome,
+    StepState,
+    WorkflowState,
+)
+from orbit_server.weave.expr import ExpressionFailed
+
+WORK_CAP = 100
+MAX_MAP_ITEMS = 100_000
+SYSTEM = Actor(name="orbit:weave")
+
+
+def _failed(code: str, message: str, **more: Any) -> dict[str, Any]:
+    return {"code": code, "message": message, **more}
+
+
+class Advance:
+    def __init__(
+        self,
+        tx: Tx,
+        tasks: TaskService,
+        definition: Definition,
+        workflow: WorkflowRecord,
+        now: datetime,
+    ) -> None:
+        self.tx = tx
+        self._tasks = tasks
+        self.definition = definition
+        self.wf = workflow
+        self.now = now
+        self.context: dict[str, Any] = {
+            "steps": dict(workflow.context.get("steps", {})),
+            "visits": dict(workflow.context.get("visits", {})),
+            "seq": int(workflow.context.get("seq", 0)),
+        }
+        self.rows: dict[str, StepRecord] = {}
+        self._new: list[str] = []
+        self._dirty: set[str] = set()
+        self._items: dict[str, Any] = {}
+        self._new_tasks: list[TaskRecord] = []
+        self.cancelled: list[TaskRecord] = []  # for TaskService.after_cancel after the commit
+        self.submitted: list[Submitted] = []
+        self.notes: list[AdmissionNote] = []
+        self._entered = 0
+        self.changed = False
+
+    # -- reading and writing rows -------------------------------------------------------------
+
+    @property
+    def paused(self) -> bool:
+        return self.wf.state == WorkflowState.PAUSED
+
+    @property
+    def finished(self) -> bool:
+        return self.wf.state in FINISHED
+
+    async def row(self, key: str) -> StepRecord | None:
+        found = self.rows.get(key)
+        if found is None:
+            found = await store.workflow_step_get(self.tx, self.wf.id, key)
+            if found is not None:
+                self.rows[key] = found
+        return found
+
+    def put(self, row: StepRecord, **changes: Any) -> StepRecord:
+        if "state" in changes:  # plain strings: expressions see them
+            changes["state"] = str(changes["state"])
+        row = dataclasses.replace(row, updated_at=self.now, **changes)
+        self.rows[row.key] = row
+        if row.key not in self._new:
+            self._dirty.add(row.key)
+        self.changed = True
+        return row
+
+    def _create(
+        self,
+        key: str,
+        step: str,
+        kind: str,
+        *,
+        parent_key: str | None,
+        branch: str | None,
+        input_: Any,
+        item: int | None = None,
+        round_: int | None = None,
+    ) -> StepRecord:
+        self.context["seq"] += 1
+        row = StepRecord(
+            workflow_id=self.wf.id, key=key, seq=self.context["seq"], step=step, kind=kind,
+            state=StepState.PENDING, parent_key=parent_key, branch=branch, item=item,
+            round=round_, task_id=None, tries=0, input=input_, output=None, error=None,
+            progress=None, followed=False, due_at=None, wake_at=None, started_at=self.now,
+            ended_at=None, updated_at=self.now,
+        )  # fmt: skip
+        self.rows[key] = row
+        self._new.append(key)
+        self.changed = True
+        return row
+
+    def data(self, **extra: Any) -> dict[str, Any]:
+        """The variables an expression sees."""
+        return {"input": self.wf.input, "steps": self.context["steps"], **extra}
+
+    async def _write_rows(self) -> None:
+        if self._new:
+            await store.workflow_steps_insert(
+                self.tx, [self.rows[k] for k in self._new], self._items
+            )
+        for key in sorted(self._dirty):
+            await store.workflow_step_update(self.tx, self.rows[key])
+        self._new, self._dirty = [], set()
+
+    async def flush(self) -> None:
+        """Write what this advancement changed (the caller commits)."""
+        await self._write_rows()
+        if self._new_tasks:
+            self.submitted = await self._tasks.create_in(
+                self.tx, self.wf.scope, self._new_tasks, self.now, self.notes
+            )
+        if not self.changed:
+            return
+        state = self.wf.state
+        if state in (WorkflowState.RUNNING, WorkflowState.NEEDS_REVIEW):
+            reviewing = await store.workflow_steps_count_in_state(
+                self.tx, self.wf.id, StepState.NEEDS_REVIEW
+            )
+            state = WorkflowState.NEEDS_REVIEW if reviewing else WorkflowState.RUNNING
+        self.wf = dataclasses.replace(
+            self.wf, state=str(state), context=self.context, updated_at=self.now
+        )
+        await store.workflow_update(self.tx, self.wf)
+        self._new_tasks = []
+
+    # -- entering steps -----------------------------------------------------------------------
+
+    async def enter(
+        self, step_id: str, *, parent_key: str | None, branch: str | None, prev: Any
+    ) -> None:
+        """A new execution of ``step_id``, begun now or (past the work cap) due now."""
+        step = self.definition.steps[step_id]
+        visit = int(self.context["visits"].get(step_id, 0)) + 1
+        self.context["visits"][step_id] = visit
+        row = self._create(
+            engine.step_key(step_id, visit), step_id, _kind(step),
+            parent_key=parent_key, branch=branch, input_=prev,
+        )  # fmt: skip
+        if self._entered >= WORK_CAP and not isinstance(step, TaskStep):
+            self.put(row, due_at=self.now, wake_at=self.now)
+            return
+        await self.begin(row)
+
+    async def begin(self, row: StepRecord) -> None:
+        """Start a pending execution according to its step's kind."""
+        step = self.definition.steps[row.step]
+        row = self.put(row, due_at=None, wake_at=None)
+        if not isinstance(step, TaskStep):
+            self._entered += 1
+        try:
+            await self._begin(row, step)
+        except ExpressionFailed as exc:
+            await self.complete(
+                row, Outcome.FAILED, error=_failed("expression_failed", str(exc), step=row.key)
+            )
+
+    async def _begin(self, row: StepRecord, step: Step) -> None:
+        if isinstance(step, TaskStep):
+            self._start_task(row, step, step.id, self.data())
+        elif isinstance(step, ChoiceStep):
+            target = engine.choose(step, self.definition, self.data())
+            if target is None:
+                error = _failed("no_choice", f"no choice of {step.id} held", step=row.key)
+                await self.complete(row, Outcome.FAILED, error=error)
+                return
+            row = self.put(row, state=StepState.SUCCEEDED, output=row.input, ended_at=self.now,
+                           followed=True)  # fmt: skip
+            self.record(row)
+            await self.enter(target, parent_key=row.parent_key, branch=row.branch, prev=row.input)
+        elif isinstance(step, ParallelStep):
+            row = self.put(row, state=StepState.RUNNING, progress={"done": {}})
+            for branch in step.branches:
+                first = self.definition.starts[(step.id, branch.name)]
+                await self.enter(first, parent_key=row.key, branch=branch.name, prev=row.input)
+        elif isinstance(step, MapStep):
+            await self._begin_map(row, step)
+        elif isinstance(step, TimerStep):
+            due = engine.timer_due(step, self.definition, self.data(), self.now)
+            self.put(row, state=StepState.WAITING, due_at=due, wake_at=due)
+        elif isinstance(step, SignalStep):
+            await self._begin_signal(row, step)
+        elif isinstance(step, PollStep):
+            row = self.put(row, state=StepState.RUNNING, progress={"round": 0})
+            self._start_round(row, step)
+        elif isinstance(step, SucceedStep):
+            expression = self.definition.expr(step.id, "output")
+            output = row.input if expression is None else expression.evaluate(self.data())
+            await self.complete(row, Outcome.SUCCEEDED, output=output)
+        elif isinstance(step, FailStep):
+            error = _failed(step.error.code, step.error.message, step=row.key)
+            await self.complete(row, Outcome.FAILED, error=error)
+
+    def _start_task(
+        self, row: StepRecord, fields: TaskFields, expr_owner: str, data: dict[str, Any]
+    ) -> None:
+        spec = engine.task_spec(
+            self.definition, expr_owner, fields, data,
+            owner=Owner("workflow", self.wf.id, row.key), gate_id=self.wf.gate_id,
+        )  # fmt: skip
+        task = self._tasks.build(self.wf.scope, [spec], self.now)[0]
+        self._new_tasks.append(task)
+        self.put(row, state=StepState.RUNNING, task_id=task.id, tries=row.tries + 1)
+
+    async def _begin_signal(self, row: StepRecord, step: SignalStep) -> None:
+        signal = await store.workflow_signal_oldest_pending(self.tx, self.wf.id, step.name)
+        if signal is not None:
+            await store.workflow_signal_deliver(self.tx, signal.id, row.key, self.now)
+            await self.deliver(row, signal.payload)
+            return
+        due = None
+        if step.timeout_ms is not None:
+            due = self.now + timedelta(milliseconds=step.timeout_ms)
+        self.put(row, state=StepState.WAITING, due_at=due, wake_at=due)
+
+    async def deliver(self, row: StepRecord, payload: Any) -> None:
+        """A signal reaches the execution waiting for it."""
+        step = self.definition.steps[row.step]
+        expression = self.definition.expr(step.id, "output")
+        try:
+            output = (
+                payload if expression is None else expression.evaluate(self.data(signal=payload))
+            )
+        except ExpressionFailed as exc:
+            error = _failed("expression_failed", str(exc), step=row.key)
+            await self.complete(row, Outcome.FAILED, error=error)
+            return
+        await self.complete(row, Outcome.SUCCEEDED, output=output)
+
+    # -- map ----------------------------------------------------------------------------------
+
+    async def _begin_map(self, row: StepRecord, step: MapStep) -> None:
+        expression = self.definition.expr(step.id, "items")
+        assert expression is not None
+        items = expression.evaluate(self.data())
+        if not isinstance(items, list):
+            raise ExpressionFailed("a map's items must give a list")
+        if len(items) > MAX_MAP_ITEMS:
+            raise ExpressionFailed(f"a map has at most {MAX_MAP_ITEMS} items, not {len(items)}")
+        if not items:
+            await self.complete(row, Outcome.SUCCEEDED, output=[])
+            return
+        self._items[row.key] = items
+        progress = {"total": len(items), "created": 0, "started": 0, "done": 0}
+        row = self.put(row, state=StepState.RUNNING, progress=progress)
+        await self.refill(row)
+
+    async def refill(self, row: StepRecord) -> None:
+        """Start items until ``max_concurrency`` run (creating their rows in batches)."""
+        step = self.definition.steps[row.step]
+        assert isinstance(step, MapStep) and row.progress is not None
+        progress = dict(row.progress)
+        items: list[Any] | None = self._items.get(row.key)
+        while (
+            progress["started"] < progress["total"]
+            and progress["started"] - progress["done"] < step.max_concurrency
+        ):
+            index = progress["started"]
+            if index == progress["created"]:
+                if items is None:
+                    items = await store.workflow_step_items(self.tx, self.wf.id, row.key)
+                end = min(progress["total"], index + step.max_concurrency)
+                for i in range(index, end):
+                    self._create(
+                        engine.item_key(row.key, i), step.id, "task", parent_key=row.key,
+                        branch=None, input_=items[i], item=i,
+                    )  # fmt: skip
+                progress["created"] = end
+            child = await self.row(engine.item_key(row.key, index))
+            assert child is not None
+            progress["started"] = index + 1
+            try:
+                self._start_task(
+                    child, step.task, step.id, self.data(item=child.input, index=index)
+                )
+            except ExpressionFailed as exc:
+                error = _failed("expression_failed", str(exc), step=child.key)
+                self.put(child, state=StepState.FAILED, error=error, ended_at=self.now,
+                         followed=True)  # fmt: skip
+                row = self.put(row, progress=progress)
+                await self._fail_container(row, error)
+                return
+        self.put(row, progress=progress)
+
+    async def _item_ended(self, parent: StepRecord, child: StepRecord, outcome: Outcome) -> None:
+        assert parent.progress is not None
+        if outcome is not Outcome.SUCCEEDED:
+            error = dict(child.error or {})
+            error.setdefault("code", "item_failed")
+            error["step"] = child.key
+            await self._fail_container(parent, error)
+            return
+        progress = dict(parent.progress)
+        progress["done"] += 1
+        parent = self.put(parent, progress=progress)
+        if progress["done"] == progress["total"]:
+            outputs = await self._item_outputs(parent)
+            await self.complete(parent, Outcome.SUCCEEDED, output=outputs)
+        else:
+            await self.refill(parent)
+
+    async def _item_outputs(self, parent: StepRecord) -> list[Any]:
+        await self._write_rows()  # this advancement's items too
+        return await store.workflow_step_outputs(self.tx, self.wf.id, parent.key)
+
+    # -- poll ---------------------------------------------------------------------------------
+
+    def _start_round(self, row: StepRecord, step: PollStep) -> None:
+        assert row.progress is not None
+        number = int(row.progress["round"]) + 1
+        row = self.put(row, state=StepState.RUNNING, progress={**row.progress, "round": number},
+                       due_at=None, wake_at=None)  # fmt: skip
+        child = self._create(
+            engine.round_key(row.key, number), step.id, "task", parent_key=row.key,
+            branch=None, input_=row.input, round_=number,
+        )  # fmt: skip
+        self._start_task(child, step.task, step.id, self.data(round=number))
+
+    async def next_round(self, row: StepRecord) -> None:
+        step = self.definition.steps[row.step]
+        assert isinstance(step, PollStep)
+        try:
+            self._start_round(row, step)
+        except ExpressionFailed as exc:
+            error = _failed("expression_failed", str(exc), step=row.key)
+            await self.complete(row, Outcome.FAILED, error=error)
+
+    async def _round_ended(self, parent: StepRecord, child: StepRecord, outcome: Outcome) -> None:
+        step = self.definition.steps[parent.step]
+        assert isinstance(step, PollStep) and child.round is not None
+        if outcome is not Outcome.SUCCEEDED:
+            await self.complete(parent, Outcome.FAILED, error={**(child.error or {}),
+                                                               "step": child.key})  # fmt: skip
+            return
+        until = self.definition.expr(step.id, "until")
+        assert until is not None
+        try:
+            met = until.test(self.data(result=child.output, round=child.round))
+        except ExpressionFailed as exc:
+            error = _failed("expression_failed", str(exc), step=parent.key)
+            await self.complete(parent, Outcome.FAILED, error=error)
+            return
+        decision = engine.after_round(
+            step, round_=child.round, met=met, started_at=parent.started_at, now=self.now
+        )
+        if decision.done:
+            await self.complete(parent, Outcome.SUCCEEDED, output=child.output)
+        elif decision.exhausted:
+            error = _failed(
+                "poll_exhausted", f"{step.id} stopped after {child.round} rounds", step=parent.key
+            )
+            await self.complete(parent, Outcome.EXHAUSTED, output=child.output, error=error)
+        else:
+            self.put(parent, state=StepState.WAITING, output=child.output, due_at=decision.at,
+                     wake_at=decision.at)  # fmt: skip
+
+    # -- outcomes -----------------------------------------------------------------------------
+
+    async def task_ended(self, row: StepRecord, task: TaskRecord) -> None:
+        """The result event of a step's task: record it and follow."""
+        if task.state == "needs_review":
+            self.put(row, state=StepState.NEEDS_REVIEW)
+            return
+        if task.state == "succeeded":
+            data = self.data()
+            if row.item is not None:
+                data = self.data(item=row.input, index=row.item)
+            elif row.round is not None:
+                data = self.data(round=row.round)
+            try:
+                output = engine.mapped_output(self.definition, row.step, task.result, data)
+            except ExpressionFailed as exc:
+                error = _failed("expression_failed", str(exc), step=row.key)
+                await self.complete(row, Outcome.FAILED, error=error)
+                return
+            await self.complete(row, Outcome.SUCCEEDED, output=output)
+            return
+        error = dict(task.error or {})
+        error.setdefault("code", "cancelled" if task.state == "cancelled" else "task_failed")
+        error.setdefault("message", f"the step's task ended {task.state}")
+        error["step"] = row.key
+        error["task_id"] = task.id
+        await self.complete(row, Outcome.FAILED, error=error)
+
+    async def complete(
+        self,
+        row: StepRecord,
+        outcome: Outcome,
+        *,
+        output: Any = None,
+        error: dict[str, Any] | None = None,
+    ) -> None:
+        """Record how an execution ended and, unless the instance is paused, follow it."""
+        state = StepState.SUCCEEDED if outcome is Outcome.SUCCEEDED else StepState.FAILED
+        row = self.put(row, state=state, output=output, error=error, ended_at=self.now,
+                       due_at=None, wake_at=None, followed=False)  # fmt: skip
+        self.record(row)
+        if not self.paused:
+            await self.follow(row)
+
+    def record(self, row: StepRecord) -> None:
+        """Make a step's latest execution visible to expressions as ``steps.<id>``."""
+        if row.item is None and row.round is None:
+            self.context["steps"][row.step] = {
+                "output": row.output,
+                "error": row.error,
+                "state": str(row.state),
+            }
+
+    async def follow(self, row: StepRecord) -> None:
+        """Go on from an ended execution (once: ``followed`` marks it)."""
+        if self.finished:
+            return
+        row = self.put(row, followed=True)
+        outcome = _outcome_of(row)
+        if row.parent_key is not None and (row.item is not None or row.round is not None):
+            parent = await self.row(row.parent_key)
+            if parent is None or parent.state not in (StepState.RUNNING, StepState.WAITING):
+                return  # the container ended meanwhile (failed, skipped, cancelled)
+            if row.item is not None:
+                await self._item_ended(parent, row, outcome)
+            else:
+                await self._round_ended(parent, row, outcome)
+            return
+        step = self.definition.steps[row.step]
+        decided = engine.transition(step, outcome, row.error)
+        if isinstance(decided, Goto):
+            await self.enter(
+                decided.step, parent_key=row.parent_key, branch=row.branch, prev=row.output
+            )
+        elif isinstance(decided, ListEnd) or isinstance(step, SucceedStep):
+            await self._list_ended(row.parent_key, row.branch, row.output)
+        elif isinstance(decided, Failure):
+            await self._fail_list(row.parent_key, decided.error)
+
+    async def _list_ended(self, parent_key: str | None, branch: str | None, output: Any) -> None:
+        if parent_key is None:
+            expression = self.definition.expr("", "output")
+            try:
+                final = output if expression is None else expression.evaluate(self.data())
+            except ExpressionFailed as exc:
+                await self.finish(
+                    WorkflowState.FAILED, error=_failed("expression_failed", str(exc))
+                )
+                return
+            await self.finish(WorkflowState.SUCCEEDED, output=final)
+            return
+        parent = await self.row(parent_key)
+        if parent is None or parent.state != StepState.RUNNING or parent.progress is None:
+            return
+        step = self.definition.steps[parent.step]
+        assert isinstance(step, ParallelStep) and branch is not None
+        done = {**parent.progress.get("done", {}), branch: output}
+        parent = self.put(parent, progress={**parent.progress, "done": done})
+        if len(done) == len(step.branches):
+            await self.complete(
+                parent, Outcome.SUCCEEDED, output={b.name: done[b.name] for b in step.branches}
+            )
+
+    async def _fail_list(self, parent_key: str | None, error: dict[str, Any]) -> None:
+        if parent_key is None:
+            await self.finish(WorkflowState.FAILED, error=error)
+            return
+        parent = await self.row(parent_key)
+        if parent is None or parent.state not in (StepState.RUNNING, StepState.WAITING):
+            return
+        await self._fail_container(parent, error)
+
+    async def _fail_container(self, parent: StepRecord, error: dict[str, Any]) -> None:
+        """A branch or an item failed: stop the container's other work, then the container
+        fails (and follows its own failure transition)."""
+        await self.cancel_active(under=parent.key, reason="a sibling failed")
+        await self.complete(parent, Outcome.FAILED, error=error)
+
+    # -- the instance -------------------------------------------------------------------------
+
+    async def finish(
+        self, state: WorkflowState, *, output: Any = None, error: dict[str, Any] | None = None
+    ) -> None:
+        if self.finished:
+            return
+        await self.cancel_active(under=None, reason=f"the workflow {state}")
+        self.wf = dataclasses.replace(
+            self.wf, state=str(state), output=output, error=error, finished_at=self.now
+        )
+        self.changed = True
+
+    async def cancel_active(self, *, under: str | None, reason: str) -> None:
+        """Cancel active executions (all, or those under one container) and their tasks."""
+        stored = await store.workflow_steps_in_states(self.tx, self.wf.id, list(ACTIVE))
+        for found in stored:
+            self.rows.setdefault(found.key, found)
+        active = [r for r in self.rows.values() if r.state in ACTIVE]
+        if under is not None:
+            active = [r for r in active if self._descends(r, under)]
+        for row in sorted(active, key=lambda r: r.seq):
+            await self.cancel_task(row, reason=reason)
+            self.put(row, state=StepState.CANCELLED, ended_at=self.now, due_at=None,
+                     wake_at=None, followed=True)  # fmt: skip
+
+    async def cancel_task(self, row: StepRecord, *, reason: str) -> None:
+        """Cancel the running execution's task through Pulse (a started one is asked to stop)."""
+        if row.task_id is None or row.state != StepState.RUNNING:
+            return
+        try:
+            task = await self._tasks.cancel_in(
+                self.tx, self.wf.scope, row.task_id, reason=reason, actor=SYSTEM
+            )
+        except StateConflict:
+            return  # it ended meanwhile; its result event finds the execution ended
+        self.cancelled.append(task)
+
+    def _descends(self, row: StepRecord, ancestor: str) -> bool:
+        parent = row.parent_key
+        seen = 0
+        while parent is not None and seen < 64:
+            if parent == ancestor:
+                return True
+            above = self.rows.get(parent)
+            parent = None if above is None else above.parent_key
+            seen += 1
+        return False
+
+    def new_task_for(self, row: StepRecord) -> None:
+        """A fresh task for a task step's execution (an operator's retry)."""
+        step = self.definition.steps[row.step]
+        assert isinstance(step, TaskStep)
+        self._start_task(row, step, step.id, self.data())
+
+
+def _kind(step: Step) -> str:
+    tag = type(step).__struct_config__.tag
+    return str(tag)
+
+
+def _outcome_of(row: StepRecord) -> Outcome:
+    if row.state in (StepState.SUCCEEDED, StepState.SKIPPED):
+        return Outcome.SUCCEEDED
+    code = (row.error or {}).get("code")
+    if code == "signal_timeout":
+        return Outcome.TIMED_OUT
+    if code == "poll_exhausted":
+        return Outcome.EXHAUSTED
+    return Outcome.FAILED

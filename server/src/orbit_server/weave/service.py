@@ -1,0 +1,592 @@
+"""Weave's use cases (SPEC W1, W5, W7, W8, W10): publish and read definitions; start, read,
+list, signal, pause, resume and cancel instances; an operator's step recovery. Each is one
+short transaction that locks the instance first (boundary 1 of W3) and commits the steps'
+tasks with its change; pushes and wake-ups happen after the commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+import msgspec
+
+from orbit_server.audit import Actor, AuditWriter
+from orbit_server.clock import Clock
+from orbit_server.errors import (
+    DefinitionInvalid,
+    IdempotencyConflict,
+    NotFound,
+    StateConflict,
+    VersionExists,
+)
+from orbit_server.ids import new_id
+from orbit_server.pulse.gates import GateService
+from orbit_server.pulse.service import TaskService
+from orbit_server.scope import Scope
+from orbit_server.store import Database, DuplicateKey, Tx
+from orbit_server.store import weave as store
+from orbit_server.store.weave import DefinitionRecord, SignalRecord, StepRecord, WorkflowRecord
+from orbit_server.weave.advance import Advance
+from orbit_server.weave.definition import Definition, DefinitionError, SignalStep, parse
+from orbit_server.weave.engine import ACTIVE, FINISHED, StepState, WorkflowState
+
+T = TypeVar("T")
+CACHE_SIZE = 256
+MAX_WAITS_SHOWN = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Inspection:
+    """An instance with what W10 shows beside it."""
+
+    workflow: WorkflowRecord
+    steps: list[StepRecord]
+    waits: list[StepRecord]
+    signals: list[SignalRecord]
+    signal_names: dict[str, str]  # signal step id -> the signal it waits for
+
+
+class Definitions:
+    """Checked definitions by (scope, name, version), kept while used (versions never change)."""
+
+    def __init__(self) -> None:
+        self._cache: OrderedDict[tuple[Scope, str, str], Definition] = OrderedDict()
+
+    async def load(self, tx: Tx, scope: Scope, name: str, version: str | None) -> Definition:
+        if version is not None and (scope, name, version) in self._cache:
+            self._cache.move_to_end((scope, name, version))
+            return self._cache[(scope, name, version)]
+        record = await store.workflow_definition_get(tx, scope, name, version)
+        if record is None:
+            which = "any version" if version is None else f"version {version!r}"
+            raise NotFound(f"workflow definition {name!r} has no {which}")
+        key = (scope, record.name, record.version)
+        found = self._cache.get(key)
+        if found is None:
+            found = parse(record.body or {})
+            self._cache[key] = found
+            while len(self._cache) > CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return found
+
+
+class WorkflowService:
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        audit: AuditWriter,
+        tasks: TaskService,
+        gates: GateService,
+    ) -> None:
+        self._db = db
+        self._clock = clock
+        self._audit = audit
+        self._tasks = tasks
+        self._gates = gates
+        self.definitions = Definitions()
+        self.changed = asyncio.Event()  # set when an instance's wait times may have changed
+        self._finished: dict[str, set[asyncio.Event]] = {}
+
+    # -- definitions (W1) ---------------------------------------------------------------------
+
+    async def publish(
+        self, scope: Scope, body: dict[str, Any], *, actor: Actor
+    ) -> tuple[DefinitionRecord, bool]:
+        """Store a new version; the same content again is a no-op (created False)."""
+        try:
+            definition = parse(body)
+        except DefinitionError as exc:
+            raise DefinitionInvalid(
+                "the workflow definition is not valid", details={"reasons": exc.reasons}
+            ) from None
+        record = DefinitionRecord(
+            scope=scope, name=definition.name, version=definition.version,
+            digest=definition.digest, body=msgspec.to_builtins(definition.body),
+            created_at=self._clock.now(),
+        )  # fmt: skip
+
+        async def unit(tx: Tx) -> tuple[DefinitionRecord, bool]:
+            existing = await store.workflow_definition_get(tx, scope, record.name, record.version)
+            if existing is None:
+                try:
+                    await store.workflow_definition_insert(tx, record)
+                except DuplicateKey:
+                    existing = await store.workflow_definition_get(
+                        tx, scope, record.name, record.version
+                    )
+                    assert existing is not None
+                else:
+                    await self._audit.record(
+                        tx, scope=scope, actor=actor, action="workflow_definition.publish",
+                        target_kind="workflow_definition",
+                        target_id=f"{record.name}@{record.version}",
+                        details={"digest": record.digest},
+                    )  # fmt: skip
+                    return record, True
+            if existing.digest != record.digest:
+                raise VersionExists(
+                    f"version {record.version!r} of {record.name!r} exists with other content; "
+                    "publish a new version"
+                )
+            return existing, False
+
+        return await self._db.run(unit)
+
+    async def definition(self, scope: Scope, name: str, version: str) -> DefinitionRecord:
+        async def unit(tx: Tx) -> DefinitionRecord | None:
+            return await store.workflow_definition_get(tx, scope, name, version)
+
+        found = await self._db.read(unit)
+        if found is None:
+            raise NotFound(f"workflow definition {name!r} has no version {version!r}")
+        return found
+
+    async def list_definitions(
+        self, scope: Scope, *, name: str | None, after: tuple[str, str] | None, limit: int
+    ) -> list[DefinitionRecord]:
+        async def unit(tx: Tx) -> list[DefinitionRecord]:
+            return await store.workflow_definitions_list(
+                tx, scope, name=name, after=after, limit=limit
+            )
+
+        return await self._db.read(unit)
+
+    # -- instances ----------------------------------------------------------------------------
+
+    async def start(
+        self,
+        scope: Scope,
+        name: str,
+        *,
+        version: str | None,
+        input_: Any,
+        idempotency_key: str | None,
+    ) -> tuple[WorkflowRecord, bool]:
+        """A new instance, begun at its first step in the same transaction (created False: the
+        idempotency key's instance)."""
+
+        async def unit(tx: Tx) -> tuple[WorkflowRecord, Advance | None]:
+            definition = await self.definitions.load(tx, scope, name, version)
+            digest = _request_hash(definition, input_)
+            if idempotency_key is not None:
+                existing = await store.workflow_get_by_idempotency_key(tx, scope, idempotency_key)
+                if existing is not None:
+                    return _replayed(existing, digest), None
+            now = self._clock.now()
+            workflow = WorkflowRecord(
+                id=new_id("wf_"), scope=scope, definition=definition.name,
+                version=definition.version, state=str(WorkflowState.RUNNING), input=input_,
+                output=None, error=None, context={"steps": {}, "visits": {}, "seq": 0},
+                control_version=0, gate_id=await self._gates.create_in(tx, scope),
+                idempotency_key=idempotency_key,
+                request_hash=digest if idempotency_key is not None else None,
+                created_at=now, updated_at=now, finished_at=None,
+            )  # fmt: skip
+            try:
+                await store.workflow_insert(tx, workflow)
+            except DuplicateKey:
+                assert idempotency_key is not None
+                existing = await store.workflow_get_by_idempotency_key(tx, scope, idempotency_key)
+                if existing is None:
+                    raise
+                return _replayed(existing, digest), None
+            advance = Advance(tx, self._tasks, definition, workflow, now)
+            first = definition.starts[None]
+            await advance.enter(first, parent_key=None, branch=None, prev=input_)
+            await advance.flush()
+            return advance.wf, advance
+
+        workflow, advance = await self._db.run(unit)
+        if advance is not None:
+            await self.after(advance)
+        return workflow, advance is not None
+
+    async def run_locked(
+        self,
+        scope: Scope | None,
+        workflow_id: str,
+        act: Callable[[Advance], Awaitable[T]],
+        *,
+        actor: Actor | None = None,
+        action: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> tuple[T, WorkflowRecord]:
+        """Lock an instance, let ``act`` change it through an :class:`Advance`, write, audit
+        (when ``action`` is given) and commit; then announce its tasks."""
+
+        async def unit(tx: Tx) -> tuple[T, Advance]:
+            workflow = await store.workflow_lock(tx, workflow_id)
+            if workflow is None or (scope is not None and workflow.scope != scope):
+                raise NotFound("no such workflow")
+            definition = await self.definitions.load(
+                tx, workflow.scope, workflow.definition, workflow.version
+            )
+            advance = Advance(tx, self._tasks, definition, workflow, self._clock.now())
+            answer = await act(advance)
+            await advance.flush()
+            if actor is not None and action is not None:
+                await self._audit.record(
+                    tx, scope=workflow.scope, actor=actor, action=action,
+                    target_kind="workflow", target_id=workflow.id, details=details,
+                )  # fmt: skip
+            return answer, advance
+
+        answer, advance = await self._db.run(unit)
+        await self.after(advance)
+        return answer, advance.wf
+
+    async def after(self, advance: Advance) -> None:
+        """After a commit: announce new tasks, wake cancelled work and waiters."""
+        await self._tasks.announce(advance.wf.scope, advance.submitted, advance.notes)
+        for task in advance.cancelled:
+            self._tasks.after_cancel(task)
+        self.changed.set()
+        if advance.wf.state in FINISHED:
+            for event in self._finished.get(advance.wf.id, ()):
+                event.set()
+
+    async def get(self, scope: Scope, workflow_id: str) -> WorkflowRecord:
+        async def unit(tx: Tx) -> WorkflowRecord | None:
+            return await store.workflow_get(tx, scope, workflow_id)
+
+        found = await self._db.read(unit)
+        if found is None:
+            raise NotFound("no such workflow")
+        return found
+
+    async def inspect(self, scope: Scope, workflow_id: str, *, wait_ms: int = 0) -> Inspection:
+        """The instance (after waiting up to ``wait_ms`` for it to finish), its steps (not
+        map items or poll rounds; the first 500), current waits and pending signals."""
+        if wait_ms > 0:
+            await self._wait(scope, workflow_id, wait_ms)
+
+        async def unit(tx: Tx) -> Inspection | None:
+            workflow = await store.workflow_get(tx, scope, workflow_id)
+            if workflow is None:
+                return None
+            definition = await self.definitions.load(
+                tx, scope, workflow.definition, workflow.version
+            )
+            rows = await store.workflow_steps_list(tx, workflow_id, after=0, limit=500)
+            active = await store.workflow_steps_in_states(
+                tx, workflow_id, [StepState.WAITING, StepState.PENDING]
+            )
+            signals = await store.workflow_signals_pending(tx, workflow_id, limit=MAX_WAITS_SHOWN)
+            return Inspection(
+                workflow=workflow,
+                steps=[r for r in rows if r.item is None and r.round is None],
+                waits=[r for r in active if r.due_at is not None or r.kind == "signal"][
+                    :MAX_WAITS_SHOWN
+                ],
+                signals=signals,
+                signal_names={
+                    step_id: step.name
+                    for step_id, step in definition.steps.items()
+                    if isinstance(step, SignalStep)
+                },
+            )
+
+        found = await self._db.read(unit)
+        if found is None:
+            raise NotFound("no such workflow")
+        return found
+
+    async def _wait(self, scope: Scope, workflow_id: str, wait_ms: int) -> None:
+        deadline = asyncio.get_running_loop().time() + wait_ms / 1000
+        event = asyncio.Event()
+        self._finished.setdefault(workflow_id, set()).add(event)
+        try:
+            while True:
+                if (await self.get(scope, workflow_id)).state in FINISHED:
+                    return
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0:
+                    return
+                event.clear()
+                # A finish on this node wakes at once; another node's within 250 ms.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), min(remaining, 0.25))
+        finally:
+            waiters = self._finished.get(workflow_id, set())
+            waiters.discard(event)
+            if not waiters:
+                self._finished.pop(workflow_id, None)
+
+    async def list_workflows(
+        self,
+        scope: Scope,
+        *,
+        definition: str | None,
+        state: str | None,
+        before: str | None,
+        limit: int,
+    ) -> list[WorkflowRecord]:
+        async def unit(tx: Tx) -> list[WorkflowRecord]:
+            return await store.workflows_list(
+                tx, scope, definition=definition, state=state, before=before, limit=limit
+            )
+
+        return await self._db.read(unit)
+
+    async def steps(
+        self, scope: Scope, workflow_id: str, *, after: int, limit: int
+    ) -> list[StepRecord]:
+        """Every step execution (map items and poll rounds too), in creation order."""
+
+        async def unit(tx: Tx) -> list[StepRecord] | None:
+            if await store.workflow_get(tx, scope, workflow_id) is None:
+                return None
+            return await store.workflow_steps_list(tx, workflow_id, after=after, limit=limit)
+
+        found = await self._db.read(unit)
+        if found is None:
+            raise NotFound("no such workflow")
+        return found
+
+    # -- signals (W5) -------------------------------------------------------------------------
+
+    async def signal(
+        self,
+        scope: Scope,
+        workflow_id: str,
+        name: str,
+        payload: Any,
+        idempotency_key: str | None,
+    ) -> SignalRecord:
+        """Record a signal and deliver it to the execution waiting for it, if one does; the
+        same idempotency key again answers the first signal and changes nothing."""
+
+        async def act(advance: Advance) -> SignalRecord:
+            if idempotency_key is not None:
+                seen = await store.workflow_signal_get_by_key(
+                    advance.tx, workflow_id, idempotency_key
+                )
+                if seen is not None:
+                    if seen.name != name or seen.payload != payload:
+                        raise IdempotencyConflict(
+                            "this idempotency key was used for another signal; use a new key"
+                        )
+                    return seen
+            if advance.finished:
+                raise StateConflict(f"the workflow is {advance.wf.state}; it takes no signals")
+            signal = SignalRecord(
+                id=new_id("sig_"), workflow_id=workflow_id, name=name, payload=payload,
+                idempotency_key=idempotency_key, state="pending", step_key=None,
+                created_at=advance.now, delivered_at=None,
+            )  # fmt: skip
+            await store.workflow_signal_insert(advance.tx, signal)
+            waiting = await store.workflow_steps_in_states(
+                advance.tx, workflow_id, [StepState.WAITING]
+            )
+            for row in waiting:
+                step = advance.definition.steps[row.step]
+                if row.kind == "signal" and getattr(step, "name", None) == name:
+                    await store.workflow_signal_deliver(advance.tx, signal.id, row.key, advance.now)
+                    await advance.deliver(advance.rows.setdefault(row.key, row), payload)
+                    return replace(signal, state="delivered", step_key=row.key)
+            return signal
+
+        signal, _ = await self.run_locked(scope, workflow_id, act)
+        return signal
+
+    # -- control (W7, W8) ---------------------------------------------------------------------
+
+    async def pause(
+        self, scope: Scope, workflow_id: str, *, reason: str | None, actor: Actor
+    ) -> WorkflowRecord:
+        """Close the instance's gate and stop following outcomes until resumed."""
+
+        async def act(advance: Advance) -> None:
+            if advance.finished:
+                raise StateConflict(f"a {advance.wf.state} workflow cannot be paused")
+            if advance.paused:
+                return
+            await self._gates.set_open_in(advance.tx, scope, advance.wf.gate_id, open_=False)
+            advance.wf = replace(
+                advance.wf, state=str(WorkflowState.PAUSED),
+                control_version=advance.wf.control_version + 1,
+            )  # fmt: skip
+            advance.changed = True
+
+        _, workflow = await self.run_locked(
+            scope, workflow_id, act, actor=actor, action="workflow.pause",
+            details={"reason": reason},
+        )  # fmt: skip
+        return workflow
+
+    async def resume(
+        self, scope: Scope, workflow_id: str, *, reason: str | None, actor: Actor
+    ) -> WorkflowRecord:
+        """Reopen the gate and go on from what was recorded while paused."""
+
+        async def act(advance: Advance) -> None:
+            if not advance.paused:
+                raise StateConflict(f"a {advance.wf.state} workflow cannot be resumed")
+            await self._gates.set_open_in(advance.tx, scope, advance.wf.gate_id, open_=True)
+            advance.wf = replace(
+                advance.wf, state=str(WorkflowState.RUNNING),
+                control_version=advance.wf.control_version + 1,
+            )  # fmt: skip
+            advance.changed = True
+            await store.workflow_steps_rearm(advance.tx, workflow_id)
+            ended = await store.workflow_steps_in_states(
+                advance.tx, workflow_id, [StepState.SUCCEEDED, StepState.FAILED, StepState.SKIPPED]
+            )
+            for row in ended:
+                if not row.followed:
+                    await advance.follow(advance.rows.setdefault(row.key, row))
+
+        _, workflow = await self.run_locked(
+            scope, workflow_id, act, actor=actor, action="workflow.resume",
+            details={"reason": reason},
+        )  # fmt: skip
+        return workflow
+
+    async def cancel(
+        self, scope: Scope, workflow_id: str, *, reason: str | None, actor: Actor
+    ) -> WorkflowRecord:
+        """End the instance ``cancelled``; its pending and running step tasks are cancelled
+        through Pulse in the same transaction."""
+
+        async def act(advance: Advance) -> None:
+            if advance.finished:
+                if advance.wf.state == WorkflowState.CANCELLED:
+                    return
+                raise StateConflict(f"a {advance.wf.state} workflow cannot be cancelled")
+            error = {"code": "cancelled", "message": reason or "cancelled by an operator"}
+            await advance.finish(WorkflowState.CANCELLED, error=error)
+
+        _, workflow = await self.run_locked(
+            scope, workflow_id, act, actor=actor, action="workflow.cancel",
+            details={"reason": reason},
+        )  # fmt: skip
+        return workflow
+
+    async def retry_step(
+        self, scope: Scope, workflow_id: str, key: str, *, actor: Actor
+    ) -> WorkflowRecord:
+        """A new task for a failed task step that ended the instance; it runs again."""
+
+        async def act(advance: Advance) -> None:
+            row = await _step_of(advance, key)
+            failed_here = (
+                advance.wf.state == WorkflowState.FAILED
+                and (advance.wf.error or {}).get("step") == key
+            )
+            if row.state != StepState.FAILED or not failed_here:
+                raise StateConflict("only the failed step that ended the workflow can be retried")
+            if row.kind != "task" or row.parent_key is not None:
+                raise StateConflict(
+                    "only a task step outside parallel branches can be retried; "
+                    "skip it with an output instead"
+                )
+            _reopen(advance)
+            advance.new_task_for(advance.put(row, error=None, ended_at=None, followed=False))
+
+        _, workflow = await self.run_locked(
+            scope, workflow_id, act, actor=actor, action="workflow.step.retry",
+            details={"step": key},
+        )  # fmt: skip
+        return workflow
+
+    async def skip_step(
+        self, scope: Scope, workflow_id: str, key: str, *, output: Any, actor: Actor
+    ) -> WorkflowRecord:
+        """End a step ``skipped`` with the given output and go on as if it had succeeded."""
+
+        async def act(advance: Advance) -> None:
+            row = await _step_of(advance, key)
+            if row.item is not None or row.round is not None:
+                raise StateConflict("map items and poll rounds cannot be skipped; skip the step")
+            failed_here = (
+                advance.wf.state == WorkflowState.FAILED
+                and (advance.wf.error or {}).get("step") == key
+                and row.parent_key is None
+            )
+            if failed_here:
+                _reopen(advance)
+            elif advance.finished or row.state not in ACTIVE:
+                raise StateConflict(f"a {row.state} step of a {advance.wf.state} workflow "
+                                    "cannot be skipped")  # fmt: skip
+            if row.kind in ("parallel", "map", "poll"):
+                await advance.cancel_active(under=row.key, reason="the step was skipped")
+            if row.task_id is not None and row.state == StepState.RUNNING:
+                await advance.cancel_task(row, reason="the step was skipped")
+            row = advance.put(
+                row, state=StepState.SKIPPED, output=output, error=None, ended_at=advance.now,
+                due_at=None, wake_at=None, followed=False,
+            )  # fmt: skip
+            advance.record(row)
+            if not advance.paused:
+                await advance.follow(row)
+
+        _, workflow = await self.run_locked(
+            scope, workflow_id, act, actor=actor, action="workflow.step.skip",
+            details={"step": key},
+        )  # fmt: skip
+        return workflow
+
+    async def resolve_step(
+        self,
+        scope: Scope,
+        workflow_id: str,
+        key: str,
+        *,
+        succeeded: bool,
+        output: Any,
+        error: dict[str, Any] | None,
+        actor: Actor,
+    ) -> WorkflowRecord:
+        """Decide a step whose task is in needs_review: its task is resolved through Pulse,
+        and its result event moves the instance on (boundary 2)."""
+
+        async def act(advance: Advance) -> None:
+            row = await _step_of(advance, key)
+            if row.state != StepState.NEEDS_REVIEW or row.task_id is None:
+                raise StateConflict(f"only a needs_review step can be resolved, not {row.state}")
+            await self._tasks.resolve_in(
+                advance.tx, advance.wf.scope, row.task_id, succeeded=succeeded,
+                result=output, error=error, actor=actor,
+            )  # fmt: skip
+
+        _, workflow = await self.run_locked(
+            scope, workflow_id, act, actor=actor, action="workflow.step.resolve",
+            details={"step": key, "outcome": "succeeded" if succeeded else "failed"},
+        )  # fmt: skip
+        return workflow
+
+
+async def _step_of(advance: Advance, key: str) -> StepRecord:
+    row = await advance.row(key)
+    if row is None:
+        raise NotFound(f"the workflow has no step {key!r}")
+    return row
+
+
+def _reopen(advance: Advance) -> None:
+    """A failed instance runs again (an operator's retry or skip of the step that failed it)."""
+    advance.wf = replace(
+        advance.wf, state=str(WorkflowState.RUNNING), error=None, finished_at=None,
+        control_version=advance.wf.control_version + 1,
+    )  # fmt: skip
+    advance.changed = True
+
+
+def _request_hash(definition: Definition, input_: Any) -> str:
+    body = {"definition": definition.name, "version": definition.version, "input": input_}
+    return hashlib.sha256(msgspec.json.encode(body, order="sorted")).hexdigest()
+
+
+def _replayed(existing: WorkflowRecord, digest: str) -> WorkflowRecord:
+    if existing.request_hash != digest:
+        raise IdempotencyConflict(
+            "this idempotency key was used to start a different workflow; use a new key"
+        )
+    return existing
