@@ -278,6 +278,24 @@ def test_errors_survive_pickling() -> None:
     assert copy.args == ("slow down",)
 
 
+def test_details_come_from_the_envelope_and_default_to_empty() -> None:
+    body = (
+        b'{"error": {"code": "method_not_allowed", "category": "protocol", "message": "m",'
+        b' "details": {"allow": ["GET", "OPTIONS"]}}}'
+    )
+    error = error_from_http(405, httpx2.Headers(), body)
+    transient = body.replace(b'"method_not_allowed", "category": "protocol"', b'"unavailable"')
+    unavailable = error_from_http(503, httpx2.Headers(), transient)
+
+    assert error.details == {"allow": ["GET", "OPTIONS"]}
+    assert isinstance(unavailable, UnavailableError)
+    assert unavailable.details == {"allow": ["GET", "OPTIONS"]}  # transient errors too
+    assert pickle.loads(pickle.dumps(error)).details == error.details  # noqa: S301
+    assert OrbitError("made by hand").details == {}
+    plain = b'{"error": {"code": "not_found", "category": "protocol", "message": "m"}}'
+    assert error_from_http(404, httpx2.Headers(), plain).details == {}
+
+
 def test_str_carries_code_status_and_request_id() -> None:
     error = NotFoundError("task t-9 not found", request_id="req-42", status=404)
 

@@ -1,8 +1,10 @@
 """Orbit Python SDK: clients for Orbit's HTTP API.
 
 ``Client`` and ``AsyncClient`` talk to an Orbit server: submit, read, wait for, cancel, retry
-and resolve tasks, manage queues, and create and run schedules, with typed answers (``Task``,
-``Attempt``, ``Queue``, ``TaskPage``, ``Schedule``, ``ScheduleFire``, ``Backfill``, ...).
+and resolve tasks, manage queues, create and run schedules, and publish, start, signal and
+steer workflows, with typed answers (``Task``, ``Attempt``, ``Queue``, ``TaskPage``,
+``Schedule``, ``ScheduleFire``, ``Backfill``, ``WorkflowInstance``, ...). ``Workflow`` builds
+a workflow definition from Python objects.
 Every failure is an ``OrbitError`` subclass mapped from Orbit's stable error codes. The clients
 never retry on their own.
 """
@@ -43,6 +45,19 @@ from orbit_sdk._schedule_models import (
     SchedulePage,
     ScheduleTask,
 )
+from orbit_sdk._workflow import Branch, Parallel, TaskStep, When, Workflow
+from orbit_sdk._workflow_models import (
+    PendingSignal,
+    WorkflowDefinition,
+    WorkflowDefinitionPage,
+    WorkflowError,
+    WorkflowInstance,
+    WorkflowPage,
+    WorkflowSignal,
+    WorkflowStep,
+    WorkflowStepPage,
+    WorkflowWait,
+)
 
 __version__ = "0.1.0"
 
@@ -51,6 +66,7 @@ __all__ = [
     "Attempt",
     "AuthenticationError",
     "Backfill",
+    "Branch",
     "Client",
     "ClientConfig",
     "ConfigurationError",
@@ -59,6 +75,8 @@ __all__ = [
     "IdempotencyConflictError",
     "NotFoundError",
     "OrbitError",
+    "Parallel",
+    "PendingSignal",
     "PermissionDeniedError",
     "ProtocolError",
     "Queue",
@@ -76,8 +94,20 @@ __all__ = [
     "TaskOwner",
     "TaskPage",
     "TaskRequest",
+    "TaskStep",
     "TransientError",
     "TransportError",
     "UnavailableError",
+    "When",
+    "Workflow",
+    "WorkflowDefinition",
+    "WorkflowDefinitionPage",
+    "WorkflowError",
+    "WorkflowInstance",
+    "WorkflowPage",
+    "WorkflowSignal",
+    "WorkflowStep",
+    "WorkflowStepPage",
+    "WorkflowWait",
     "__version__",
 ]

@@ -1,7 +1,8 @@
 """``Client`` and ``AsyncClient``: Orbit's HTTP API over httpx2.
 
 The typed task and queue methods come from ``_tasks``, the schedule methods from
-``_schedules``; this module sends what they describe.
+``_schedules``, the workflow methods from ``_workflows``; this module sends what they
+describe.
 
 Neither client retries anything on its own. Every failure surfaces once, as an
 :class:`~orbit_sdk.OrbitError` carrying ``retryable`` (and ``retry_after`` for transient
@@ -31,6 +32,7 @@ from orbit_sdk._health import Readiness, health_from_http, readiness_from_http
 from orbit_sdk._models import Operation
 from orbit_sdk._schedules import AsyncScheduleCalls, ScheduleCalls
 from orbit_sdk._tasks import AsyncTaskCalls, TaskCalls
+from orbit_sdk._workflows import AsyncWorkflowCalls, WorkflowCalls
 
 __all__ = ["AsyncClient", "Client", "QueryParams"]
 
@@ -144,7 +146,7 @@ def _failure(call: _Call, config: ClientConfig, exc: httpx2.RequestError) -> Orb
     return OrbitError(message, code=UNEXPECTED_RESPONSE)
 
 
-class Client(TaskCalls, ScheduleCalls):
+class Client(TaskCalls, ScheduleCalls, WorkflowCalls):
     """Synchronous client for Orbit's HTTP API.
 
     ``url`` and ``api_key`` default to ``ORBIT_URL`` and ``ORBIT_API_KEY``; explicit arguments
@@ -162,7 +164,13 @@ class Client(TaskCalls, ScheduleCalls):
     :meth:`iter_schedules`, :meth:`update_schedule`, :meth:`delete_schedule`,
     :meth:`pause_schedule`, :meth:`resume_schedule`, :meth:`trigger_schedule`,
     :meth:`backfill_schedule`, :meth:`get_backfill`, :meth:`list_backfills`,
-    :meth:`schedule_fires`.
+    :meth:`schedule_fires`. Workflows: :meth:`publish_workflow`,
+    :meth:`get_workflow_definition`, :meth:`list_workflow_definitions`,
+    :meth:`iter_workflow_definitions`, :meth:`start_workflow`, :meth:`get_workflow`,
+    :meth:`wait_for_workflow`, :meth:`list_workflows`, :meth:`iter_workflows`,
+    :meth:`workflow_steps`, :meth:`iter_workflow_steps`, :meth:`signal_workflow`,
+    :meth:`pause_workflow`, :meth:`resume_workflow`, :meth:`cancel_workflow`,
+    :meth:`retry_workflow_step`, :meth:`skip_workflow_step`, :meth:`resolve_workflow_step`.
     """
 
     def __init__(
@@ -281,7 +289,7 @@ class Client(TaskCalls, ScheduleCalls):
             raise _failure(call, self._config, exc) from exc
 
 
-class AsyncClient(AsyncTaskCalls, AsyncScheduleCalls):
+class AsyncClient(AsyncTaskCalls, AsyncScheduleCalls, AsyncWorkflowCalls):
     """Asynchronous client for Orbit's HTTP API; the same calls as :class:`Client`, awaited.
 
     ``transport`` takes an ``httpx2.AsyncBaseTransport`` (``httpx2.MockTransport``,

@@ -44,7 +44,9 @@ class OrbitError(Exception):
     ``code`` and ``category`` are Orbit's stable strings (``"idempotency_conflict"``,
     ``"conflict"``); ``status`` is the HTTP status (``None`` when no response arrived);
     ``retryable`` is the server's verdict on repeating the same request; ``request_id`` is the
-    server's id for the request, worth quoting in bug reports.
+    server's id for the request, worth quoting in bug reports. ``details`` holds the envelope's
+    extra facts when it has any (the reasons of a ``definition_invalid``, the methods of a
+    ``method_not_allowed``), else it is empty.
     """
 
     _default_code: ClassVar[str] = "error"
@@ -60,6 +62,7 @@ class OrbitError(Exception):
         retryable: bool | None = None,
         request_id: str | None = None,
         status: int | None = None,
+        details: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -68,12 +71,13 @@ class OrbitError(Exception):
         self.retryable = self._default_retryable if retryable is None else retryable
         self.request_id = request_id
         self.status = status
+        self.details: dict[str, Any] = {} if details is None else dict(details)
 
     def __str__(self) -> str:
-        details = [f"status={self.status}"] if self.status is not None else []
+        parts = [f"status={self.status}"] if self.status is not None else []
         if self.request_id:
-            details.append(f"request_id={self.request_id}")
-        suffix = f" ({', '.join(details)})" if details else ""
+            parts.append(f"request_id={self.request_id}")
+        suffix = f" ({', '.join(parts)})" if parts else ""
         return f"{self.code}: {self.message}{suffix}"
 
     def __repr__(self) -> str:
@@ -159,6 +163,7 @@ class TransientError(OrbitError):
         retryable: bool | None = None,
         request_id: str | None = None,
         status: int | None = None,
+        details: Mapping[str, Any] | None = None,
         retry_after: float | None = None,
     ) -> None:
         super().__init__(
@@ -168,6 +173,7 @@ class TransientError(OrbitError):
             retryable=retryable,
             request_id=request_id,
             status=status,
+            details=details,
         )
         self.retry_after = retry_after
 
@@ -252,6 +258,8 @@ class _ErrorBody(msgspec.Struct):
     category: str | None = None
     retryable: bool | None = None
     request_id: str | None = None
+    # Any JSON here: details of an unexpected shape must not cost the caller the error itself.
+    details: Any = None
 
 
 class _ErrorEnvelope(msgspec.Struct):
@@ -294,10 +302,12 @@ def error_from_http(
         category: str | None = None
         retryable: bool | None = None
         request_id: str | None = None
+        details: dict[str, Any] | None = None
     else:
         cls = error_class_for(envelope.code, envelope.category, status)
         code, message = envelope.code, envelope.message
         category, retryable, request_id = envelope.category, envelope.retryable, envelope.request_id
+        details = envelope.details if isinstance(envelope.details, dict) else None
 
     if issubclass(cls, TransientError):
         return cls(
@@ -307,6 +317,7 @@ def error_from_http(
             retryable=retryable,
             request_id=request_id,
             status=status,
+            details=details,
             retry_after=parse_retry_after(headers.get("retry-after"), now=now),
         )
     return cls(
@@ -316,6 +327,7 @@ def error_from_http(
         retryable=retryable,
         request_id=request_id,
         status=status,
+        details=details,
     )
 
 
