@@ -30,6 +30,7 @@ from orbit_server.runtime.ratelimit import RateLimiter
 from orbit_server.runtime.roles import Supervisor
 from orbit_server.store import Database, open_database
 from orbit_server.store.migrate import schema_status
+from orbit_server.weave.advance import Advance
 from orbit_server.weave.runner import Runner, events_loop, waits_loop
 from orbit_server.weave.service import WorkflowService
 
@@ -118,6 +119,14 @@ async def build_node(
     gates = GateService(db, clock)
     workflows = WorkflowService(db, clock, audit_writer, tasks, gates)
     runner = Runner(db, clock, tasks, workflows)
+
+    def observe(advance: Advance, finished: bool) -> None:
+        if advance.writes:
+            metrics.workflow_advancement_writes.observe(advance.writes)
+        if finished:
+            metrics.workflows_finished.labels(advance.wf.state).inc()
+
+    workflows.observe = observe
     supervisor.register(
         ServerRole.EVENTS, "workflow-events", lambda: events_loop(runner, watch.settled)
     )

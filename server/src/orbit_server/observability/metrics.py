@@ -84,6 +84,20 @@ class Metrics:
             buckets=(*fast, 10, 30, 60),
             registry=r,
         )
+        self.workflow_advancement_writes = Histogram(
+            "orbit_workflow_advancement_writes",
+            "Rows one workflow advancement wrote in its transaction: step executions created "
+            "or changed and step tasks created (W9: bounded by the work cap and a map's "
+            "max_concurrency)",
+            buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000),
+            registry=r,
+        )
+        self.workflows_finished = Counter(
+            "orbit_workflows_finished_total",
+            "Workflow instances that ended, by state (succeeded, failed, cancelled)",
+            ["state"],
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

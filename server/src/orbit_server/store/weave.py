@@ -144,7 +144,7 @@ def _workflow(row: Row) -> WorkflowRecord:
 def _workflow_params(w: WorkflowRecord) -> dict[str, Any]:
     return {
         "id": w.id, **_scoped(w.scope), "definition": w.definition, "version": w.version,
-        "state": w.state, "input": _json(w.input), "output": _json(w.output),
+        "state": w.state, "input": msgspec.json.encode(w.input).decode(), "output": _json(w.output),
         "error": _json(w.error), "context": _json(w.context),
         "control_version": w.control_version, "gate_id": w.gate_id,
         "idempotency_key": w.idempotency_key, "request_hash": w.request_hash,

@@ -91,6 +91,7 @@ class Advance:
         self.notes: list[AdmissionNote] = []
         self._entered = 0
         self.changed = False
+        self.writes = 0  # rows written: step executions created or changed, tasks created
 
     # -- reading and writing rows -------------------------------------------------------------
 
@@ -150,6 +151,7 @@ class Advance:
         return {"input": self.wf.input, "steps": self.context["steps"], **extra}
 
     async def _write_rows(self) -> None:
+        self.writes += len(self._new) + len(self._dirty)
         if self._new:
             await store.workflow_steps_insert(
                 self.tx, [self.rows[k] for k in self._new], self._items
@@ -162,6 +164,7 @@ class Advance:
         """Write what this advancement changed (the caller commits)."""
         await self._write_rows()
         if self._new_tasks:
+            self.writes += len(self._new_tasks)
             self.submitted = await self._tasks.create_in(
                 self.tx, self.wf.scope, self._new_tasks, self.now, self.notes
             )

@@ -92,6 +92,8 @@ class WorkflowService:
         self._gates = gates
         self.definitions = Definitions()
         self.changed = asyncio.Event()  # set when an instance's wait times may have changed
+        # Told of each committed advancement (its writes, and the state it left): metrics.
+        self.observe: Callable[[Advance, bool], None] = lambda advance, finished: None
         self._finished: dict[str, set[asyncio.Event]] = {}
 
     # -- definitions (W1) ---------------------------------------------------------------------
@@ -220,6 +222,7 @@ class WorkflowService:
     ) -> tuple[T, WorkflowRecord]:
         """Lock an instance, let ``act`` change it through an :class:`Advance`, write, audit
         (when ``action`` is given) and commit; then announce its tasks."""
+        finished_before: list[bool] = []
 
         async def unit(tx: Tx) -> tuple[T, Advance]:
             workflow = await store.workflow_lock(tx, workflow_id)
@@ -229,6 +232,7 @@ class WorkflowService:
                 tx, workflow.scope, workflow.definition, workflow.version
             )
             advance = Advance(tx, self._tasks, definition, workflow, self._clock.now())
+            finished_before.append(advance.finished)
             answer = await act(advance)
             await advance.flush()
             if actor is not None and action is not None:
@@ -239,11 +243,12 @@ class WorkflowService:
             return answer, advance
 
         answer, advance = await self._db.run(unit)
-        await self.after(advance)
+        await self.after(advance, was_finished=finished_before[-1])
         return answer, advance.wf
 
-    async def after(self, advance: Advance) -> None:
+    async def after(self, advance: Advance, *, was_finished: bool = False) -> None:
         """After a commit: announce new tasks, wake cancelled work and waiters."""
+        self.observe(advance, advance.finished and not was_finished)
         await self._tasks.announce(advance.wf.scope, advance.submitted, advance.notes)
         for task in advance.cancelled:
             self._tasks.after_cancel(task)
