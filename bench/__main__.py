@@ -23,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         run_memory_suite,
         run_schedules_suite,
         run_suite,
+        run_workflows_suite,
     )
 
     parser = argparse.ArgumentParser(prog="python -m bench")
@@ -90,7 +91,32 @@ def main(argv: list[str] | None = None) -> int:
     sch.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
     sch.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
     sch.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
+    wf = sub.add_parser("workflows", help="five-step workflows: steps/s and step-to-step latency")
+    wf.add_argument("--instances", type=int, default=1000, help="instances started")
+    wf.add_argument("--capacity", type=int, default=64, help="total worker capacity")
+    wf.add_argument("--processes", type=int, default=2, help="SDK worker processes")
+    wf.add_argument(
+        "--server-processes", type=int, default=1, help="orbit server --processes (default 1)"
+    )
+    wf.add_argument("--paced", type=int, default=200, help="instances of the paced phase")
+    wf.add_argument("--paced-rate", type=float, default=20.0, help="paced starts per second")
+    wf.add_argument("--baseline-tasks", type=int, default=40_000, help="tasks of the baseline")
+    wf.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
+    wf.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
+    wf.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
     args = parser.parse_args(argv)
+    if args.scenario == "workflows":
+        return run_workflows_suite(
+            url=args.url,
+            instances=20 if args.smoke else args.instances,
+            capacity=8 if args.smoke else args.capacity,
+            processes=1 if args.smoke else args.processes,
+            server_processes=args.server_processes,
+            paced=10 if args.smoke else args.paced,
+            paced_per_s=args.paced_rate,
+            baseline_tasks=800 if args.smoke else args.baseline_tasks,
+            out=args.out,
+        )
     if args.scenario == "schedules":
         return run_schedules_suite(
             url=args.url,

@@ -33,12 +33,12 @@ async def publish(node: Node, definition: dict[str, Any]) -> None:
 
 
 async def start(node: Node, name: str, input_: Any = None, **more: Any) -> WorkflowRecord:
-    workflow, created = await node.workflows.start(
+    seen, created = await node.workflows.start(
         SCOPE, name, version=more.pop("version", None), input_=input_,
         idempotency_key=more.pop("idempotency_key", None),
     )  # fmt: skip
     assert created
-    return workflow
+    return seen.workflow
 
 
 async def settle(node: Node) -> int:

@@ -38,6 +38,12 @@ class EventConsumer:
         it was processed already (the caller then handles nothing)."""
         return await store.task_event_mark_processed(tx, event.id, self._clock.now())
 
+    async def mark_many_in(self, tx: Tx, events: list[TaskEventRecord]) -> set[str]:
+        """:meth:`mark_in` for several events in two statements; answers the ids marked."""
+        return await store.task_events_mark_processed_many(
+            tx, [e.id for e in events], self._clock.now()
+        )
+
     async def process(self, event: TaskEventRecord, handle: Handler) -> bool:
         """Run ``handle`` and mark the event processed in one transaction.
 

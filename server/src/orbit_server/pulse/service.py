@@ -577,6 +577,11 @@ class TaskService:
         """One task of the scope, read in the caller's transaction."""
         return await store.task_get(tx, scope, task_id)
 
+    @staticmethod
+    async def read_many_in(tx: Tx, task_ids: Sequence[str]) -> list[TaskRecord]:
+        """Tasks by id (any scope: the caller knows them from their result events)."""
+        return await lstore.tasks_get_many(tx, task_ids) if task_ids else []
+
     async def _leave(self, tx: Tx, task: TaskRecord, state: TaskState, now: datetime) -> None:
         """Give back what a task held in ``state`` as it leaves it for good."""
         if state is TaskState.PENDING:

@@ -553,6 +553,20 @@ async def task_event_list_pending_owned(
     return _events(rows)
 
 
+async def task_events_mark_processed_many(
+    tx: Tx, event_ids: Sequence[str], now: datetime
+) -> set[str]:
+    """Mark the unprocessed of ``event_ids`` processed; answers those this call marked (the
+    others were processed already). Their rows stay locked until the transaction ends."""
+    if not event_ids:
+        return set()
+    rows = await tx.fetch_all("task_events_lock_unprocessed", {"ids": list(event_ids)})
+    fresh = [str(r["id"]) for r in rows]
+    if fresh:
+        await tx.execute("task_events_mark_processed_many", {"ids": fresh, "now": now})
+    return set(fresh)
+
+
 def _events(rows: Sequence[Row]) -> list[TaskEventRecord]:
     return [
         TaskEventRecord(

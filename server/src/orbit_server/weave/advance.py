@@ -14,6 +14,7 @@ transaction. A map starts at most ``max_concurrency`` items per advancement (≤
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,9 +22,11 @@ from orbit_server.audit import Actor
 from orbit_server.errors import StateConflict
 from orbit_server.pulse.model import Owner
 from orbit_server.pulse.service import Submitted, TaskService
+from orbit_server.scope import Scope
 from orbit_server.store import Tx
 from orbit_server.store import weave as store
 from orbit_server.store.admissions import AdmissionNote
+from orbit_server.store.base import chunks
 from orbit_server.store.pulse import TaskRecord
 from orbit_server.store.weave import StepRecord, WorkflowRecord
 from orbit_server.weave import engine
@@ -92,6 +95,8 @@ class Advance:
         self._entered = 0
         self.changed = False
         self.writes = 0  # rows written: step executions created or changed, tasks created
+        self.review_changed = False  # a step entered or left needs_review
+        self.was_finished = workflow.state in FINISHED
 
     # -- reading and writing rows -------------------------------------------------------------
 
@@ -114,6 +119,8 @@ class Advance:
     def put(self, row: StepRecord, **changes: Any) -> StepRecord:
         if "state" in changes:  # plain strings: expressions see them
             changes["state"] = str(changes["state"])
+            if StepState.NEEDS_REVIEW in (row.state, changes["state"]):
+                self.review_changed = True
         row = dataclasses.replace(row, updated_at=self.now, **changes)
         self.rows[row.key] = row
         if row.key not in self._new:
@@ -151,36 +158,11 @@ class Advance:
         return {"input": self.wf.input, "steps": self.context["steps"], **extra}
 
     async def _write_rows(self) -> None:
-        self.writes += len(self._new) + len(self._dirty)
-        if self._new:
-            await store.workflow_steps_insert(
-                self.tx, [self.rows[k] for k in self._new], self._items
-            )
-        for key in sorted(self._dirty):
-            await store.workflow_step_update(self.tx, self.rows[key])
-        self._new, self._dirty = [], set()
+        await _write_rows(self.tx, [self])
 
     async def flush(self) -> None:
         """Write what this advancement changed (the caller commits)."""
-        await self._write_rows()
-        if self._new_tasks:
-            self.writes += len(self._new_tasks)
-            self.submitted = await self._tasks.create_in(
-                self.tx, self.wf.scope, self._new_tasks, self.now, self.notes
-            )
-        if not self.changed:
-            return
-        state = self.wf.state
-        if state in (WorkflowState.RUNNING, WorkflowState.NEEDS_REVIEW):
-            reviewing = await store.workflow_steps_count_in_state(
-                self.tx, self.wf.id, StepState.NEEDS_REVIEW
-            )
-            state = WorkflowState.NEEDS_REVIEW if reviewing else WorkflowState.RUNNING
-        self.wf = dataclasses.replace(
-            self.wf, state=str(state), context=self.context, updated_at=self.now
-        )
-        await store.workflow_update(self.tx, self.wf)
-        self._new_tasks = []
+        await flush_all(self.tx, self._tasks, [self])
 
     # -- entering steps -----------------------------------------------------------------------
 
@@ -584,6 +566,59 @@ class Advance:
         step = self.definition.steps[row.step]
         assert isinstance(step, TaskStep)
         self._start_task(row, step, step.id, self.data())
+
+
+async def _write_rows(tx: Tx, advances: Sequence[Advance]) -> None:
+    """New step executions of all ``advances`` in one statement, changed ones by key."""
+    new: list[StepRecord] = []
+    items: dict[str, Any] = {}
+    for advance in advances:
+        advance.writes += len(advance._new) + len(advance._dirty)
+        new += [advance.rows[k] for k in advance._new]
+        items.update(advance._items)
+    for part in chunks(new, 500):
+        await store.workflow_steps_insert(tx, part, items)
+    changed = [a.rows[k] for a in advances for k in sorted(a._dirty)]
+    for part in chunks(changed, 500):
+        await store.workflow_steps_update_many(tx, part)
+    for advance in advances:
+        advance._new, advance._dirty = [], set()
+
+
+async def flush_all(tx: Tx, tasks: TaskService, advances: Sequence[Advance]) -> None:
+    """Write what the advancements changed, batched across them: their step executions, their
+    new tasks (one ``create_in`` per scope), each instance last. The caller commits."""
+    await _write_rows(tx, advances)
+    by_scope: dict[Scope, list[Advance]] = {}
+    for advance in advances:
+        if advance._new_tasks:
+            by_scope.setdefault(advance.wf.scope, []).append(advance)
+    for scope, group in by_scope.items():
+        new_tasks = [t for a in group for t in a._new_tasks]
+        notes: list[AdmissionNote] = []
+        submitted = await tasks.create_in(tx, scope, new_tasks, group[0].now, notes)
+        at = 0
+        for advance in group:
+            count = len(advance._new_tasks)
+            advance.writes += count
+            advance.submitted = submitted[at : at + count]
+            at += count
+            advance._new_tasks = []
+        group[0].notes = notes  # announced once, with the first of the scope
+    changed = [a for a in advances if a.changed]
+    for advance in changed:
+        state = advance.wf.state
+        reviewable = state in (WorkflowState.RUNNING, WorkflowState.NEEDS_REVIEW)
+        if reviewable and (advance.review_changed or state == WorkflowState.NEEDS_REVIEW):
+            reviewing = await store.workflow_steps_count_in_state(
+                tx, advance.wf.id, StepState.NEEDS_REVIEW
+            )
+            state = WorkflowState.NEEDS_REVIEW if reviewing else WorkflowState.RUNNING
+        advance.wf = dataclasses.replace(
+            advance.wf, state=str(state), context=advance.context, updated_at=advance.now
+        )
+    for part in chunks(changed, 500):
+        await store.workflows_update_many(tx, [a.wf for a in part])
 
 
 def _kind(step: Step) -> str:

@@ -16,18 +16,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 import structlog
 
 from orbit_server.clock import Clock
-from orbit_server.errors import NotFound, TransientError
+from orbit_server.errors import TransientError
 from orbit_server.pulse.events import EventConsumer
 from orbit_server.pulse.service import TaskService
 from orbit_server.store import Database, Tx
 from orbit_server.store import weave as store
-from orbit_server.store.pulse import TaskEventRecord
+from orbit_server.store.base import chunks
+from orbit_server.store.pulse import TaskEventRecord, TaskRecord
+from orbit_server.store.weave import StepRecord
 from orbit_server.weave.advance import Advance
 from orbit_server.weave.definition import MapStep, PollStep, SignalStep, TimerStep
 from orbit_server.weave.engine import Outcome, StepState
@@ -46,7 +47,8 @@ class Runner:
         tasks: TaskService,
         workflows: WorkflowService,
         *,
-        batch: int = 200,
+        batch: int = 500,
+        instances: int = 64,
     ) -> None:
         self._db = db
         self._clock = clock
@@ -54,11 +56,13 @@ class Runner:
         self._workflows = workflows
         self._events = EventConsumer(db, clock)
         self.batch = batch
+        self.instances = instances
 
     # -- result events ------------------------------------------------------------------------
 
     async def consume(self) -> int:
-        """One pass over pending workflow events; answers how many this pass handled."""
+        """One pass over pending workflow events, up to ``batch`` of them, handled in
+        transactions of up to ``instances`` instances each; answers how many it handled."""
 
         async def read(tx: Tx) -> list[TaskEventRecord]:
             return await self._events.pending_owned(tx, OWNER, limit=self.batch)
@@ -68,23 +72,43 @@ class Runner:
         for event in events:
             if event.owner_id is not None:
                 by_instance[event.owner_id].append(event)
+        ids = sorted(by_instance)
         handled = 0
-        for workflow_id, group in by_instance.items():
-            handled += await self._consume_group(workflow_id, group)
+        for at in range(0, len(ids), self.instances):
+            part = ids[at : at + self.instances]
+            handled += await self._consume(part, [e for i in part for e in by_instance[i]])
         return handled
 
-    async def _consume_group(self, workflow_id: str, group: list[TaskEventRecord]) -> int:
-        async def act(advance: Advance) -> int:
-            count = 0
-            for event in group:
-                if not await self._events.mark_in(advance.tx, event):
-                    continue  # handled already (a duplicate, another node)
-                count += 1
-                if advance.finished:
+    async def _consume(self, workflow_ids: list[str], events: list[TaskEventRecord]) -> int:
+        """Mark ``events`` processed and advance their instances, in one transaction."""
+        marked: set[str] = set()
+        tasks: dict[str, TaskRecord] = {}
+        rows: dict[tuple[str, str], StepRecord] = {}
+
+        async def before(tx: Tx) -> None:
+            marked.clear()
+            marked.update(await self._events.mark_many_in(tx, events))
+            fresh = [e for e in events if e.id in marked]
+            tasks.clear()
+            tasks.update({t.id: t for t in await self._tasks.read_many_in(
+                tx, [e.task_id for e in fresh])})  # fmt: skip
+            keys = [(t.owner_id, t.owner_step) for t in tasks.values()
+                    if t.owner_id is not None and t.owner_step is not None]  # fmt: skip
+            rows.clear()
+            for part in chunks(keys, 200):
+                rows.update({(r.workflow_id, r.key): r
+                             for r in await store.workflow_steps_get_many(tx, part)})  # fmt: skip
+
+        async def act(advance: Advance) -> None:
+            for event in events:
+                if event.owner_id != advance.wf.id or event.id not in marked:
+                    continue  # another instance's, or handled already (a duplicate, a node)
+                task = tasks.get(event.task_id)
+                if advance.finished or task is None or task.owner_step is None:
                     continue
-                task = await self._tasks.read_in(advance.tx, event.scope, event.task_id)
-                if task is None or task.owner_step is None:
-                    continue
+                known = rows.get((advance.wf.id, task.owner_step))
+                if known is not None:
+                    advance.rows.setdefault(known.key, known)
                 row = await advance.row(task.owner_step)
                 if (
                     row is None
@@ -93,19 +117,9 @@ class Runner:
                 ):
                     continue  # a stale task: cancelled, skipped or retried since
                 await advance.task_ended(row, task)
-            return count
 
-        try:
-            count, _ = await self._workflows.run_locked(None, workflow_id, act)
-        except NotFound:  # the instance is gone (retention): mark its events only
-            return await self._mark_only(group)
-        return count
-
-    async def _mark_only(self, group: list[TaskEventRecord]) -> int:
-        async def unit(tx: Tx) -> int:
-            return sum([await self._events.mark_in(tx, e) for e in group])
-
-        return await self._db.run(unit)
+        await self._workflows.run_batch(workflow_ids, act, before=before)
+        return len(marked)
 
     # -- waits --------------------------------------------------------------------------------
 
@@ -120,9 +134,13 @@ class Runner:
         by_instance: dict[str, list[str]] = defaultdict(list)
         for workflow_id, key in due:
             by_instance[workflow_id].append(key)
-        for workflow_id, keys in by_instance.items():
-            with contextlib.suppress(NotFound):
-                await self._workflows.run_locked(None, workflow_id, _waker(keys))
+        ids = sorted(by_instance)
+
+        async def act(advance: Advance) -> None:
+            await _wake(advance, by_instance[advance.wf.id])
+
+        for at in range(0, len(ids), self.instances):
+            await self._workflows.run_batch(ids[at : at + self.instances], act)
         return len(due)
 
     async def next_wake(self) -> datetime | None:
@@ -132,38 +150,36 @@ class Runner:
         return await self._db.read(read)
 
 
-def _waker(keys: list[str]) -> Callable[[Advance], Awaitable[None]]:
-    async def act(advance: Advance) -> None:
-        for key in keys:
-            row = await advance.row(key)
-            if row is None or row.wake_at is None or row.wake_at > advance.now:
-                continue  # changed meanwhile
-            if advance.finished:
-                advance.put(row, wake_at=None)
-                continue
-            if advance.paused:
-                advance.put(row, wake_at=None)  # parked; resume re-arms it
-                continue
-            step = advance.definition.steps[row.step]
-            if row.state == StepState.PENDING:
-                await advance.begin(row)
-            elif row.state == StepState.WAITING and isinstance(step, TimerStep):
-                await advance.complete(row, Outcome.SUCCEEDED)
-            elif row.state == StepState.WAITING and isinstance(step, SignalStep):
-                error = {
-                    "code": "signal_timeout",
-                    "message": f"no signal {step.name!r} came in time",
-                    "step": row.key,
-                }
-                await advance.complete(row, Outcome.TIMED_OUT, error=error)
-            elif row.state == StepState.WAITING and isinstance(step, PollStep):
-                await advance.next_round(row)
-            elif row.state == StepState.RUNNING and isinstance(step, MapStep):
-                await advance.refill(advance.put(row, due_at=None, wake_at=None))
-            else:
-                advance.put(row, due_at=None, wake_at=None)
-
-    return act
+async def _wake(advance: Advance, keys: list[str]) -> None:
+    """Act on the instance's due waits (each checked again under the instance's lock)."""
+    for key in keys:
+        row = await advance.row(key)
+        if row is None or row.wake_at is None or row.wake_at > advance.now:
+            continue  # changed meanwhile
+        if advance.finished:
+            advance.put(row, wake_at=None)
+            continue
+        if advance.paused:
+            advance.put(row, wake_at=None)  # parked; resume re-arms it
+            continue
+        step = advance.definition.steps[row.step]
+        if row.state == StepState.PENDING:
+            await advance.begin(row)
+        elif row.state == StepState.WAITING and isinstance(step, TimerStep):
+            await advance.complete(row, Outcome.SUCCEEDED)
+        elif row.state == StepState.WAITING and isinstance(step, SignalStep):
+            error = {
+                "code": "signal_timeout",
+                "message": f"no signal {step.name!r} came in time",
+                "step": row.key,
+            }
+            await advance.complete(row, Outcome.TIMED_OUT, error=error)
+        elif row.state == StepState.WAITING and isinstance(step, PollStep):
+            await advance.next_round(row)
+        elif row.state == StepState.RUNNING and isinstance(step, MapStep):
+            await advance.refill(advance.put(row, due_at=None, wake_at=None))
+        else:
+            advance.put(row, due_at=None, wake_at=None)
 
 
 async def events_loop(runner: Runner, changed: asyncio.Event, *, interval_s: float = 0.2) -> None:

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import hashlib
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -32,13 +32,14 @@ from orbit_server.scope import Scope
 from orbit_server.store import Database, DuplicateKey, Tx
 from orbit_server.store import weave as store
 from orbit_server.store.weave import DefinitionRecord, SignalRecord, StepRecord, WorkflowRecord
-from orbit_server.weave.advance import Advance
+from orbit_server.weave.advance import Advance, flush_all
 from orbit_server.weave.definition import Definition, DefinitionError, SignalStep, parse
 from orbit_server.weave.engine import ACTIVE, FINISHED, StepState, WorkflowState
 
 T = TypeVar("T")
 CACHE_SIZE = 256
 MAX_WAITS_SHOWN = 100
+MAX_STEPS_SHOWN = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,9 +171,9 @@ class WorkflowService:
         version: str | None,
         input_: Any,
         idempotency_key: str | None,
-    ) -> tuple[WorkflowRecord, bool]:
-        """A new instance, begun at its first step in the same transaction (created False: the
-        idempotency key's instance)."""
+    ) -> tuple[Inspection, bool]:
+        """A new instance, begun at its first step in the same transaction, as inspected
+        (created False: the idempotency key's instance)."""
 
         async def unit(tx: Tx) -> tuple[WorkflowRecord, Advance | None]:
             definition = await self.definitions.load(tx, scope, name, version)
@@ -206,9 +207,18 @@ class WorkflowService:
             return advance.wf, advance
 
         workflow, advance = await self._db.run(unit)
-        if advance is not None:
-            await self.after(advance)
-        return workflow, advance is not None
+        if advance is None:
+            return await self.inspect(scope, workflow.id), False
+        await self.after(advance)
+        rows = sorted(advance.rows.values(), key=lambda r: r.seq)
+        seen = Inspection(
+            workflow=workflow,
+            steps=[r for r in rows if r.item is None and r.round is None][:MAX_STEPS_SHOWN],
+            waits=[r for r in rows if _waits(r)][:MAX_WAITS_SHOWN],
+            signals=[],
+            signal_names=_signal_names(advance.definition),
+        )
+        return seen, True
 
     async def run_locked(
         self,
@@ -246,6 +256,39 @@ class WorkflowService:
         await self.after(advance, was_finished=finished_before[-1])
         return answer, advance.wf
 
+    async def run_batch(
+        self,
+        workflow_ids: Sequence[str],
+        act: Callable[[Advance], Awaitable[None]],
+        *,
+        before: Callable[[Tx], Awaitable[None]] | None = None,
+    ) -> list[Advance]:
+        """Advance several instances in one transaction (the result continuation's batches):
+        ``before`` runs first (marking their events), then the instances are locked in id
+        order and ``act`` runs on each; the writes of all are batched. Instances that are
+        gone are passed over."""
+
+        async def unit(tx: Tx) -> list[Advance]:
+            if before is not None:
+                await before(tx)
+            now = self._clock.now()
+            advances = []
+            for workflow in await store.workflows_lock_many(tx, workflow_ids):
+                definition = await self.definitions.load(
+                    tx, workflow.scope, workflow.definition, workflow.version
+                )
+                advance = Advance(tx, self._tasks, definition, workflow, now)
+                advance.was_finished = advance.finished
+                await act(advance)
+                advances.append(advance)
+            await flush_all(tx, self._tasks, advances)
+            return advances
+
+        advances = await self._db.run(unit)
+        for advance in advances:
+            await self.after(advance, was_finished=advance.was_finished)
+        return advances
+
     async def after(self, advance: Advance, *, was_finished: bool = False) -> None:
         """After a commit: announce new tasks, wake cancelled work and waiters."""
         self.observe(advance, advance.finished and not was_finished)
@@ -279,7 +322,7 @@ class WorkflowService:
             definition = await self.definitions.load(
                 tx, scope, workflow.definition, workflow.version
             )
-            rows = await store.workflow_steps_list(tx, workflow_id, after=0, limit=500)
+            rows = await store.workflow_steps_list(tx, workflow_id, after=0, limit=MAX_STEPS_SHOWN)
             active = await store.workflow_steps_in_states(
                 tx, workflow_id, [StepState.WAITING, StepState.PENDING]
             )
@@ -287,15 +330,9 @@ class WorkflowService:
             return Inspection(
                 workflow=workflow,
                 steps=[r for r in rows if r.item is None and r.round is None],
-                waits=[r for r in active if r.due_at is not None or r.kind == "signal"][
-                    :MAX_WAITS_SHOWN
-                ],
+                waits=[r for r in active if _waits(r)][:MAX_WAITS_SHOWN],
                 signals=signals,
-                signal_names={
-                    step_id: step.name
-                    for step_id, step in definition.steps.items()
-                    if isinstance(step, SignalStep)
-                },
+                signal_names=_signal_names(definition),
             )
 
         found = await self._db.read(unit)
@@ -440,6 +477,7 @@ class WorkflowService:
                 control_version=advance.wf.control_version + 1,
             )  # fmt: skip
             advance.changed = True
+            advance.review_changed = True  # a step may wait for review: the state says so
             await store.workflow_steps_rearm(advance.tx, workflow_id)
             ended = await store.workflow_steps_in_states(
                 advance.tx, workflow_id, [StepState.SUCCEEDED, StepState.FAILED, StepState.SKIPPED]
@@ -582,6 +620,22 @@ def _reopen(advance: Advance) -> None:
         control_version=advance.wf.control_version + 1,
     )  # fmt: skip
     advance.changed = True
+    advance.review_changed = True
+
+
+def _waits(row: StepRecord) -> bool:
+    """Whether an execution is a current wait: a timer, a signal, a poll's interval, an
+    entry deferred by the work cap."""
+    active = row.state in (StepState.WAITING, StepState.PENDING)
+    return active and (row.due_at is not None or row.kind == "signal")
+
+
+def _signal_names(definition: Definition) -> dict[str, str]:
+    return {
+        step_id: step.name
+        for step_id, step in definition.steps.items()
+        if isinstance(step, SignalStep)
+    }
 
 
 def _request_hash(definition: Definition, input_: Any) -> str:

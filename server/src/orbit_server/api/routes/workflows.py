@@ -96,11 +96,10 @@ async def start_workflow(
     data: JSONBody[WorkflowStart], principal: PrincipalDep, node: NodeDep
 ) -> Response[Workflow]:
     principal.require(*WRITERS)
-    workflow, created = await node.workflows.start(
+    seen, created = await node.workflows.start(
         principal.scope, data.definition, version=data.version, input_=data.input,
         idempotency_key=data.idempotency_key,
     )  # fmt: skip
-    seen = await node.workflows.inspect(principal.scope, workflow.id)
     return Response(Workflow.inspected(seen), status_code=201 if created else 200)
 
 

@@ -153,6 +153,9 @@ SELECT id, tenant, environment, task_id, attempt, seq, state, owner_kind, owner_
   FROM task_events WHERE owner_kind = :owner_kind AND processed = 0 AND id > :after
  ORDER BY id LIMIT :limit
 
+-- name: task_events_mark_processed_many
+UPDATE task_events SET processed = 1, processed_at = :now WHERE id IN (:ids) AND processed = 0
+
 -- name: attempt_list
 SELECT task_id, number, state, cause, worker_id, session_id, node, leased_at, started_at,
        ended_at, lease_expires_at, error

@@ -34,3 +34,9 @@ DELETE FROM key_permits WHERE active = 0 AND updated_at < :before LIMIT :limit
 -- name: key_permits_insert_missing
 INSERT IGNORE INTO key_permits (tenant, environment, queue, concurrency_key, active, updated_at)
 VALUES (:tenant, :environment, :queue, :concurrency_key, 0, :now)
+
+-- name: task_events_lock_unprocessed
+-- Events a consumer is about to handle, held until it commits (the unprocessed of them).
+SELECT id FROM task_events WHERE id IN (:ids) AND processed = 0
+ ORDER BY id
+   FOR UPDATE

@@ -2,3 +2,21 @@
 
 -- name: workflow_lock
 SELECT * FROM workflows WHERE id = :id
+
+-- name: workflows_lock_many
+SELECT * FROM workflows WHERE id IN (:ids)
+ ORDER BY id
+
+-- name: workflow_steps_update_many
+-- Run once per changed execution (SQLite has no JSON_TABLE join to update from).
+UPDATE workflow_steps
+   SET state = :state, task_id = :task_id, tries = :tries, output = :output, error = :error,
+       progress = :progress, followed = :followed, due_at = :due_at, wake_at = :wake_at,
+       ended_at = :ended_at, updated_at = :updated_at
+ WHERE workflow_id = :workflow_id AND step_key = :step_key
+
+-- name: workflows_update_many
+UPDATE workflows
+   SET state = :state, output = :output, error = :error, context = :context,
+       control_version = :control_version, updated_at = :updated_at, finished_at = :finished_at
+ WHERE id = :id
