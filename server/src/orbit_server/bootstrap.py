@@ -117,7 +117,10 @@ async def build_node(
         lambda: retention_loop(lambda: prune_history(tasks, schedules, sessions, settings)),
     )
     gates = GateService(db, clock)
-    workflows = WorkflowService(db, clock, audit_writer, tasks, gates)
+    workflows = WorkflowService(
+        db, clock, audit_writer, tasks, gates, max_params_bytes=settings.max_params_bytes,
+        max_task_timeout_ms=settings.max_task_timeout_ms,
+    )  # fmt: skip
     runner = Runner(db, clock, tasks, workflows)
 
     def observe(advance: Advance, finished: bool) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,8 @@ from orbit_server.errors import (
     StateConflict,
     VersionExists,
 )
+from orbit_server.pulse.model import TaskSpec
+from orbit_server.pulse.service import QueueSettings
 from orbit_server.runtime.node import Node
 from orbit_server.store import weave as wstore
 from tests.conftest import SCOPE
@@ -685,7 +688,7 @@ async def test_skip_supplies_a_steps_output_and_the_workflow_goes_on(node: Node)
     assert (await steps(node, wf.id))["slow"].state == "skipped"
 
 
-@pytest.mark.covers("workflow_get_by_idempotency_key", "workflows_list")
+@pytest.mark.covers("workflow_get_by_idempotency_key", "workflows_list", "workflow_steps_main")
 async def test_start_is_idempotent_and_lists_filter_by_definition_and_state(node: Node) -> None:
     await publish(node, body("a", [task("t")]))
     await publish(node, body("b", [{"id": "x", "kind": "succeed"}]))
@@ -693,12 +696,14 @@ async def test_start_is_idempotent_and_lists_filter_by_definition_and_state(node
         SCOPE, "a", version=None, input_={"n": 1}, idempotency_key="k"
     )
     again, created_again = await node.workflows.start(
-        SCOPE, "a", version="1", input_={"n": 1}, idempotency_key="k"
+        SCOPE, "a", version=None, input_={"n": 1}, idempotency_key="k"
     )
     assert created and not created_again and again.workflow.id == first.workflow.id
     assert [r.key for r in again.steps] == [r.key for r in first.steps] == ["t"]
     with pytest.raises(IdempotencyConflict):
         await node.workflows.start(SCOPE, "a", version=None, input_={"n": 2}, idempotency_key="k")
+    with pytest.raises(IdempotencyConflict):  # asked for a version: another request
+        await node.workflows.start(SCOPE, "a", version="1", input_={"n": 1}, idempotency_key="k")
     done = await start(node, "b", {})
     assert done.state == "succeeded"
     listed = await node.workflows.list_workflows(
@@ -741,3 +746,68 @@ async def test_steps_without_tasks_are_capped_per_advancement(node: Node) -> Non
     assert len(await steps(node, wf.id)) == 201  # the pending one and 99 more, 1 pending
     await node.workflows.cancel(SCOPE, wf.id, reason="stop", actor=ACTOR)
     assert await node.runner.wake_due() == 0
+
+
+async def test_a_task_pulse_would_refuse_fails_its_step_and_others_go_on(node: Node) -> None:
+    await publish(
+        node, body("keyed", [task("a", next="b"), task("b", "b", concurrency_key="input.k")])
+    )
+    await publish(node, body("plain", [task("x", next="y"), task("y", "y")]))
+    bad = await start(node, "keyed", {"k": "y" * 300})
+    await start(node, "plain", {})
+    await work(node)
+    await settle(node)
+    failed = await get(node, bad.id)
+    assert failed.state == "failed" and failed.error is not None
+    assert failed.error["code"] == "task_invalid" and failed.error["step"] == "b"
+    assert await work(node, type_="y") == [{}]  # the other instance advanced
+
+
+async def test_a_full_queue_holds_back_only_the_steps_bound_for_it(
+    node: Node, clock: FakeClock
+) -> None:
+    await node.queues.update(SCOPE, "tight", QueueSettings(max_pending=1), actor=ACTOR)
+    await node.tasks.submit(SCOPE, TaskSpec(queue="tight", type="filler"))
+    await publish(node, body("to-tight", [task("a", next="b"), task("b", "b", queue="tight")]))
+    await publish(node, body("plain", [task("x", next="y"), task("y", "y")]))
+    held = await start(node, "to-tight", {})
+    await start(node, "plain", {})
+    await work(node)
+    await settle(node)
+    assert await work(node, type_="y") == [{}]  # not held back by the full queue
+    rows = await steps(node, held.id)
+    assert rows["b"].state == "pending" and rows["b"].task_id is None
+    assert (await get(node, held.id)).state == "running"
+    assert await work(node, type_="filler", queue="tight") == [{}]  # room again
+    clock.advance(timedelta(seconds=1))
+    await settle(node)
+    assert await work(node, type_="b", queue="tight") == [{}]
+    await settle(node)
+    assert (await get(node, held.id)).state == "succeeded"
+
+
+async def test_an_instance_that_cannot_advance_fails_visibly_and_blocks_no_other(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orbit_server.weave.advance import Advance
+
+    ended = Advance.task_ended
+
+    async def broken(self: Advance, row: Any, task_record: Any) -> None:
+        if self.wf.input == {"boom": True}:
+            raise RuntimeError("a bug")
+        await ended(self, row, task_record)
+
+    monkeypatch.setattr(Advance, "task_ended", broken)
+    await publish(node, body("two", [task("a", next="b"), task("b", "b")]))
+    bad = await start(node, "two", {"boom": True})
+    good = await start(node, "two", {})
+    await work(node)
+    await settle(node)
+    failed = await get(node, bad.id)
+    assert failed.state == "failed" and failed.error is not None
+    assert failed.error["code"] == "advancement_failed"
+    assert "a bug" not in failed.error["message"]  # the log has it, not the API
+    assert await work(node, type_="b") == [{}]
+    await settle(node)
+    assert (await get(node, good.id)).state == "succeeded"

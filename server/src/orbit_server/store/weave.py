@@ -237,15 +237,18 @@ async def workflows_list(
     before: str | None,
     limit: int,
 ) -> list[WorkflowRecord]:
-    """Newest first; by definition (then filtered by state), by state, or all."""
+    """Newest first; of a definition, in a state, both, or all."""
     params: dict[str, Any] = {**_scoped(scope), "before": before or "~", "limit": limit}
-    if definition is not None:
+    if definition is not None and state is not None:
+        rows = await tx.fetch_all(
+            "workflows_list_by_definition_state", {**params, "definition": definition,
+                                                   "state": state}
+        )  # fmt: skip
+    elif definition is not None:
         rows = await tx.fetch_all(
             "workflows_list_by_definition", {**params, "definition": definition}
         )
-        found = [_workflow(r) for r in rows]
-        return [w for w in found if state is None or w.state == state]
-    if state is not None:
+    elif state is not None:
         rows = await tx.fetch_all("workflows_list_by_state", {**params, "state": state})
     else:
         rows = await tx.fetch_all("workflows_list", params)
@@ -401,6 +404,13 @@ async def workflow_steps_list(
         "workflow_steps_list", {"workflow_id": workflow_id, "after": after, "limit": limit}
     )
     return [_step(r) for r in rows]
+
+
+async def workflow_steps_main(tx: Tx, workflow_id: str, *, limit: int) -> list[StepRecord]:
+    """The newest ``limit`` executions that are steps (no map items, no poll rounds), in
+    the order they began."""
+    rows = await tx.fetch_all("workflow_steps_main", {"workflow_id": workflow_id, "limit": limit})
+    return [_step(r) for r in rows][::-1]
 
 
 async def workflow_steps_in_states(

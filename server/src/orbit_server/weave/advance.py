@@ -57,12 +57,18 @@ from orbit_server.weave.engine import (
 from orbit_server.weave.expr import ExpressionFailed
 
 WORK_CAP = 100
+DEFER = timedelta(seconds=1)  # a step task that met a full queue is tried again after this
 MAX_MAP_ITEMS = 100_000
 SYSTEM = Actor(name="orbit:weave")
 
 
 def _failed(code: str, message: str, **more: Any) -> dict[str, Any]:
     return {"code": code, "message": message, **more}
+
+
+def _broken(exc: ExpressionFailed, **more: Any) -> dict[str, Any]:
+    """The error of a step whose expression failed, or whose task Pulse would refuse."""
+    return _failed(getattr(exc, "code", "expression_failed"), str(exc), **more)
 
 
 class Advance:
@@ -73,6 +79,8 @@ class Advance:
         definition: Definition,
         workflow: WorkflowRecord,
         now: datetime,
+        *,
+        max_params_bytes: int = 1 << 20,
     ) -> None:
         self.tx = tx
         self._tasks = tasks
@@ -96,7 +104,11 @@ class Advance:
         self.changed = False
         self.writes = 0  # rows written: step executions created or changed, tasks created
         self.review_changed = False  # a step entered or left needs_review
+        self.audit = False  # audit an operator's call that changed no row of its own
         self.was_finished = workflow.state in FINISHED
+        self.max_params_bytes = max_params_bytes
+        # Set when the instance's new tasks met a full queue: they wait, pending, instead.
+        self.defer_tasks = False
 
     # -- reading and writing rows -------------------------------------------------------------
 
@@ -191,9 +203,7 @@ class Advance:
         try:
             await self._begin(row, step)
         except ExpressionFailed as exc:
-            await self.complete(
-                row, Outcome.FAILED, error=_failed("expression_failed", str(exc), step=row.key)
-            )
+            await self.complete(row, Outcome.FAILED, error=_broken(exc, step=row.key))
 
     async def _begin(self, row: StepRecord, step: Step) -> None:
         if isinstance(step, TaskStep):
@@ -231,13 +241,34 @@ class Advance:
             error = _failed(step.error.code, step.error.message, step=row.key)
             await self.complete(row, Outcome.FAILED, error=error)
 
+    async def start_pending(self, row: StepRecord) -> None:
+        """Begin a pending execution that waited (past the work cap, or for room in a full
+        queue): a step, a map's item or a poll's round."""
+        step = self.definition.steps[row.step]
+        if row.item is None and row.round is None:
+            await self.begin(row)
+            return
+        try:
+            if isinstance(step, MapStep) and row.item is not None:
+                data = self.data(item=row.input, index=row.item)
+                self._start_task(row, step.task, step.id, data)
+            elif isinstance(step, PollStep) and row.round is not None:
+                self._start_task(row, step.task, step.id, self.data(round=row.round))
+        except ExpressionFailed as exc:
+            await self.complete(row, Outcome.FAILED, error=_broken(exc, step=row.key))
+
     def _start_task(
         self, row: StepRecord, fields: TaskFields, expr_owner: str, data: dict[str, Any]
     ) -> None:
         spec = engine.task_spec(
             self.definition, expr_owner, fields, data,
             owner=Owner("workflow", self.wf.id, row.key), gate_id=self.wf.gate_id,
+            max_params_bytes=self.max_params_bytes,
         )  # fmt: skip
+        if self.defer_tasks:  # its queue is full: the wait loop tries again in a second
+            due = self.now + DEFER
+            self.put(row, state=StepState.PENDING, due_at=due, wake_at=due)
+            return
         task = self._tasks.build(self.wf.scope, [spec], self.now)[0]
         self._new_tasks.append(task)
         self.put(row, state=StepState.RUNNING, task_id=task.id, tries=row.tries + 1)
@@ -262,7 +293,7 @@ class Advance:
                 payload if expression is None else expression.evaluate(self.data(signal=payload))
             )
         except ExpressionFailed as exc:
-            error = _failed("expression_failed", str(exc), step=row.key)
+            error = _broken(exc, step=row.key)
             await self.complete(row, Outcome.FAILED, error=error)
             return
         await self.complete(row, Outcome.SUCCEEDED, output=output)
@@ -314,7 +345,7 @@ class Advance:
                     child, step.task, step.id, self.data(item=child.input, index=index)
                 )
             except ExpressionFailed as exc:
-                error = _failed("expression_failed", str(exc), step=child.key)
+                error = _broken(exc, step=child.key)
                 self.put(child, state=StepState.FAILED, error=error, ended_at=self.now,
                          followed=True)  # fmt: skip
                 row = self.put(row, progress=progress)
@@ -362,7 +393,7 @@ class Advance:
         try:
             self._start_round(row, step)
         except ExpressionFailed as exc:
-            error = _failed("expression_failed", str(exc), step=row.key)
+            error = _broken(exc, step=row.key)
             await self.complete(row, Outcome.FAILED, error=error)
 
     async def _round_ended(self, parent: StepRecord, child: StepRecord, outcome: Outcome) -> None:
@@ -377,7 +408,7 @@ class Advance:
         try:
             met = until.test(self.data(result=child.output, round=child.round))
         except ExpressionFailed as exc:
-            error = _failed("expression_failed", str(exc), step=parent.key)
+            error = _broken(exc, step=parent.key)
             await self.complete(parent, Outcome.FAILED, error=error)
             return
         decision = engine.after_round(
@@ -410,7 +441,7 @@ class Advance:
             try:
                 output = engine.mapped_output(self.definition, row.step, task.result, data)
             except ExpressionFailed as exc:
-                error = _failed("expression_failed", str(exc), step=row.key)
+                error = _broken(exc, step=row.key)
                 await self.complete(row, Outcome.FAILED, error=error)
                 return
             await self.complete(row, Outcome.SUCCEEDED, output=output)
@@ -479,9 +510,7 @@ class Advance:
             try:
                 final = output if expression is None else expression.evaluate(self.data())
             except ExpressionFailed as exc:
-                await self.finish(
-                    WorkflowState.FAILED, error=_failed("expression_failed", str(exc))
-                )
+                await self.finish(WorkflowState.FAILED, error=_broken(exc))
                 return
             await self.finish(WorkflowState.SUCCEEDED, output=final)
             return

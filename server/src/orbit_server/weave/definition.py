@@ -35,10 +35,10 @@ Millis = Annotated[int, Meta(ge=1, le=365 * DAY_MS)]
 
 
 class RetrySpec(Struct, forbid_unknown_fields=True, omit_defaults=True):
-    max_attempts: Annotated[int, Meta(ge=1, le=100)] | None = None
+    max_attempts: Annotated[int, Meta(ge=1, le=1000)] | None = None
     initial_backoff_ms: Annotated[int, Meta(ge=0, le=DAY_MS)] | None = None
     backoff_multiplier: Annotated[float, Meta(ge=1.0, le=100.0)] | None = None
-    max_backoff_ms: Annotated[int, Meta(ge=0, le=7 * DAY_MS)] | None = None
+    max_backoff_ms: Annotated[int, Meta(ge=0, le=DAY_MS)] | None = None
 
 
 class TaskFields(Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -50,11 +50,20 @@ class TaskFields(Struct, forbid_unknown_fields=True, omit_defaults=True):
     output: Source | None = None
     retry: RetrySpec | None = None
     timeout_ms: Annotated[int, Meta(ge=1000, le=365 * DAY_MS)] | None = None
-    priority: Annotated[int, Meta(ge=-1000, le=1000)] = 0
+    priority: Annotated[int, Meta(ge=-1_000_000, le=1_000_000)] = 0
     side_effect: Literal["idempotent", "unsafe"] = "idempotent"
     concurrency_key: Source | None = None
     fairness_key: Source | None = None
-    labels: dict[str, str] | None = None
+    labels: (
+        Annotated[
+            dict[
+                Annotated[str, Meta(min_length=1, max_length=64)],
+                Annotated[str, Meta(max_length=256)],
+            ],
+            Meta(max_length=32),
+        ]
+        | None
+    ) = None
     handler_version: Annotated[str, Meta(max_length=64)] | None = None
 
 
@@ -371,6 +380,18 @@ def _compile_all(
         elif isinstance(step, SucceedStep):
             add(step.id, "output", step.output)
     return out
+
+
+def check_timeouts(definition: Definition, max_timeout_ms: int) -> None:
+    """Refuse task timeouts beyond the server's ``ORBIT_MAX_TASK_TIMEOUT_MS``."""
+    reasons = []
+    for step in definition.steps.values():
+        fields = step if isinstance(step, TaskStep) else getattr(step, "task", None)
+        timeout = getattr(fields, "timeout_ms", None)
+        if timeout is not None and timeout > max_timeout_ms:
+            reasons.append(f"step {step.id!r}: timeout_ms must be at most {max_timeout_ms}")
+    if reasons:
+        raise DefinitionError(reasons)
 
 
 def schema() -> dict[str, Any]:

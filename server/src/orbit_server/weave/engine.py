@@ -10,6 +10,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+import msgspec
+
 from orbit_server.pulse.model import Owner, TaskSpec
 from orbit_server.pulse.retry import RetryPolicy
 from orbit_server.pulse.states import SideEffect
@@ -22,6 +24,15 @@ from orbit_server.weave.definition import (
     TimerStep,
 )
 from orbit_server.weave.expr import ExpressionFailed
+
+
+class TaskInvalid(ExpressionFailed):
+    """A step's task that Pulse would refuse: params too large, a key too long."""
+
+    code = "task_invalid"
+
+
+MAX_KEY = {"concurrency_key": 200, "fairness_key": 128}
 
 
 class WorkflowState(StrEnum):
@@ -167,6 +178,7 @@ def task_spec(
     *,
     owner: Owner,
     gate_id: str,
+    max_params_bytes: int,
 ) -> TaskSpec:
     """The Pulse task a step execution asks for; raises ``ExpressionFailed`` when its params
     or keys cannot be evaluated."""
@@ -180,10 +192,18 @@ def task_spec(
             return None
         if isinstance(value, bool) or not isinstance(value, str | int):
             raise ExpressionFailed(f"{role} must give a string or an integer")
-        return str(value)
+        key = str(value)
+        if not key.strip() or len(key) > MAX_KEY[role] or key != key.strip():
+            raise TaskInvalid(
+                f"{role} must be 1 to {MAX_KEY[role]} characters without surrounding spaces"
+            )
+        return key
 
     params_expr = definition.expr(owner_step, "params")
     params = data.get("input") if params_expr is None else params_expr.evaluate(data)
+    size = len(msgspec.json.encode(params))
+    if size > max_params_bytes:
+        raise TaskInvalid(f"params are {size} bytes as JSON; the limit is {max_params_bytes}")
     retry = RetryPolicy()
     if fields.retry is not None:
         r = fields.retry

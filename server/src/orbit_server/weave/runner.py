@@ -16,12 +16,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from datetime import datetime
+from enum import Enum
 
 import structlog
 
 from orbit_server.clock import Clock
-from orbit_server.errors import TransientError
+from orbit_server.errors import QueueFull, TransientError
 from orbit_server.pulse.events import EventConsumer
 from orbit_server.pulse.service import TaskService
 from orbit_server.store import Database, Tx
@@ -31,7 +33,7 @@ from orbit_server.store.pulse import TaskEventRecord, TaskRecord
 from orbit_server.store.weave import StepRecord
 from orbit_server.weave.advance import Advance
 from orbit_server.weave.definition import MapStep, PollStep, SignalStep, TimerStep
-from orbit_server.weave.engine import Outcome, StepState
+from orbit_server.weave.engine import Outcome, StepState, WorkflowState
 from orbit_server.weave.service import WorkflowService
 
 log = structlog.get_logger("orbit.weave")
@@ -76,10 +78,41 @@ class Runner:
         handled = 0
         for at in range(0, len(ids), self.instances):
             part = ids[at : at + self.instances]
-            handled += await self._consume(part, [e for i in part for e in by_instance[i]])
+            handled += await self._isolated(
+                part, lambda p, m: self._consume(p, [e for i in p for e in by_instance[i]], m)
+            )
         return handled
 
-    async def _consume(self, workflow_ids: list[str], events: list[TaskEventRecord]) -> int:
+    async def _isolated(
+        self, workflow_ids: list[str], run: Callable[[list[str], Mode], Awaitable[int]]
+    ) -> int:
+        """Run a batch; when it fails for one instance's sake, run each instance alone so that
+        the others go on: one whose new tasks meet a full queue goes on with them deferred
+        (pending, tried again every second), one that cannot advance at all fails visibly.
+        Transient errors (the database is down) propagate."""
+        try:
+            return await run(workflow_ids, Mode.BATCH)
+        except QueueFull:
+            pass
+        except TransientError:  # the database is down: not an instance's fault
+            raise
+        except Exception:
+            if len(workflow_ids) == 1:
+                log.exception("workflow advancement failed", workflow_id=workflow_ids[0])
+                return await run(workflow_ids, Mode.FAIL)
+        if len(workflow_ids) > 1:
+            return sum([await self._isolated([i], run) for i in workflow_ids])
+        try:
+            return await run(workflow_ids, Mode.DEFER)
+        except TransientError:  # the database is down: not an instance's fault
+            raise
+        except Exception:
+            log.exception("workflow advancement failed", workflow_id=workflow_ids[0])
+            return await run(workflow_ids, Mode.FAIL)
+
+    async def _consume(
+        self, workflow_ids: list[str], events: list[TaskEventRecord], mode: Mode
+    ) -> int:
         """Mark ``events`` processed and advance their instances, in one transaction."""
         marked: set[str] = set()
         tasks: dict[str, TaskRecord] = {}
@@ -100,6 +133,10 @@ class Runner:
                              for r in await store.workflow_steps_get_many(tx, part)})  # fmt: skip
 
         async def act(advance: Advance) -> None:
+            if mode is Mode.FAIL:
+                await _fail(advance)
+                return
+            advance.defer_tasks = mode is Mode.DEFER
             for event in events:
                 if event.owner_id != advance.wf.id or event.id not in marked:
                     continue  # another instance's, or handled already (a duplicate, a node)
@@ -136,11 +173,22 @@ class Runner:
             by_instance[workflow_id].append(key)
         ids = sorted(by_instance)
 
-        async def act(advance: Advance) -> None:
-            await _wake(advance, by_instance[advance.wf.id])
+        def run(part: list[str], mode: Mode) -> Awaitable[int]:
+            async def act(advance: Advance) -> None:
+                if mode is Mode.FAIL:
+                    await _fail(advance)
+                    return
+                advance.defer_tasks = mode is Mode.DEFER
+                await _wake(advance, by_instance[advance.wf.id])
+
+            async def batch() -> int:
+                await self._workflows.run_batch(part, act)
+                return sum(len(by_instance[i]) for i in part)
+
+            return batch()
 
         for at in range(0, len(ids), self.instances):
-            await self._workflows.run_batch(ids[at : at + self.instances], act)
+            await self._isolated(ids[at : at + self.instances], run)
         return len(due)
 
     async def next_wake(self) -> datetime | None:
@@ -148,6 +196,22 @@ class Runner:
             return await store.workflow_steps_next_wake(tx)
 
         return await self._db.read(read)
+
+
+class Mode(Enum):
+    BATCH = "batch"  # as usual
+    DEFER = "defer"  # alone: new tasks that meet a full queue wait, pending
+    FAIL = "fail"  # alone, after an error no retry mends: the instance fails visibly
+
+
+async def _fail(advance: Advance) -> None:
+    if advance.finished:
+        return
+    error = {
+        "code": "advancement_failed",
+        "message": "the workflow could not advance (an internal error; the server log has it)",
+    }
+    await advance.finish(WorkflowState.FAILED, error=error)
 
 
 async def _wake(advance: Advance, keys: list[str]) -> None:
@@ -164,7 +228,7 @@ async def _wake(advance: Advance, keys: list[str]) -> None:
             continue
         step = advance.definition.steps[row.step]
         if row.state == StepState.PENDING:
-            await advance.begin(row)
+            await advance.start_pending(row)
         elif row.state == StepState.WAITING and isinstance(step, TimerStep):
             await advance.complete(row, Outcome.SUCCEEDED)
         elif row.state == StepState.WAITING and isinstance(step, SignalStep):

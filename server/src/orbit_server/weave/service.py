@@ -12,6 +12,7 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any, TypeVar
 
 import msgspec
@@ -33,7 +34,13 @@ from orbit_server.store import Database, DuplicateKey, Tx
 from orbit_server.store import weave as store
 from orbit_server.store.weave import DefinitionRecord, SignalRecord, StepRecord, WorkflowRecord
 from orbit_server.weave.advance import Advance, flush_all
-from orbit_server.weave.definition import Definition, DefinitionError, SignalStep, parse
+from orbit_server.weave.definition import (
+    Definition,
+    DefinitionError,
+    SignalStep,
+    check_timeouts,
+    parse,
+)
 from orbit_server.weave.engine import ACTIVE, FINISHED, StepState, WorkflowState
 
 T = TypeVar("T")
@@ -65,8 +72,9 @@ class Definitions:
             return self._cache[(scope, name, version)]
         record = await store.workflow_definition_get(tx, scope, name, version)
         if record is None:
-            which = "any version" if version is None else f"version {version!r}"
-            raise NotFound(f"workflow definition {name!r} has no {which}")
+            if version is None:
+                raise NotFound(f"no workflow definition {name!r} is published")
+            raise NotFound(f"workflow definition {name!r} has no version {version!r}")
         key = (scope, record.name, record.version)
         found = self._cache.get(key)
         if found is None:
@@ -85,8 +93,13 @@ class WorkflowService:
         audit: AuditWriter,
         tasks: TaskService,
         gates: GateService,
+        *,
+        max_params_bytes: int = 1 << 20,
+        max_task_timeout_ms: int = 86_400_000,
     ) -> None:
         self._db = db
+        self._max_params_bytes = max_params_bytes
+        self._max_task_timeout_ms = max_task_timeout_ms
         self._clock = clock
         self._audit = audit
         self._tasks = tasks
@@ -105,6 +118,7 @@ class WorkflowService:
         """Store a new version; the same content again is a no-op (created False)."""
         try:
             definition = parse(body)
+            check_timeouts(definition, self._max_task_timeout_ms)
         except DefinitionError as exc:
             raise DefinitionInvalid(
                 "the workflow definition is not valid", details={"reasons": exc.reasons}
@@ -177,7 +191,7 @@ class WorkflowService:
 
         async def unit(tx: Tx) -> tuple[WorkflowRecord, Advance | None]:
             definition = await self.definitions.load(tx, scope, name, version)
-            digest = _request_hash(definition, input_)
+            digest = _request_hash(name, version, input_)
             if idempotency_key is not None:
                 existing = await store.workflow_get_by_idempotency_key(tx, scope, idempotency_key)
                 if existing is not None:
@@ -200,7 +214,7 @@ class WorkflowService:
                 if existing is None:
                     raise
                 return _replayed(existing, digest), None
-            advance = Advance(tx, self._tasks, definition, workflow, now)
+            advance = self._advance(tx, definition, workflow, now)
             first = definition.starts[None]
             await advance.enter(first, parent_key=None, branch=None, prev=input_)
             await advance.flush()
@@ -241,11 +255,11 @@ class WorkflowService:
             definition = await self.definitions.load(
                 tx, workflow.scope, workflow.definition, workflow.version
             )
-            advance = Advance(tx, self._tasks, definition, workflow, self._clock.now())
+            advance = self._advance(tx, definition, workflow, self._clock.now())
             finished_before.append(advance.finished)
             answer = await act(advance)
             await advance.flush()
-            if actor is not None and action is not None:
+            if actor is not None and action is not None and (advance.changed or advance.audit):
                 await self._audit.record(
                     tx, scope=workflow.scope, actor=actor, action=action,
                     target_kind="workflow", target_id=workflow.id, details=details,
@@ -277,7 +291,7 @@ class WorkflowService:
                 definition = await self.definitions.load(
                     tx, workflow.scope, workflow.definition, workflow.version
                 )
-                advance = Advance(tx, self._tasks, definition, workflow, now)
+                advance = self._advance(tx, definition, workflow, now)
                 advance.was_finished = advance.finished
                 await act(advance)
                 advances.append(advance)
@@ -288,6 +302,13 @@ class WorkflowService:
         for advance in advances:
             await self.after(advance, was_finished=advance.was_finished)
         return advances
+
+    def _advance(
+        self, tx: Tx, definition: Definition, workflow: WorkflowRecord, now: datetime
+    ) -> Advance:
+        return Advance(
+            tx, self._tasks, definition, workflow, now, max_params_bytes=self._max_params_bytes
+        )
 
     async def after(self, advance: Advance, *, was_finished: bool = False) -> None:
         """After a commit: announce new tasks, wake cancelled work and waiters."""
@@ -311,7 +332,7 @@ class WorkflowService:
 
     async def inspect(self, scope: Scope, workflow_id: str, *, wait_ms: int = 0) -> Inspection:
         """The instance (after waiting up to ``wait_ms`` for it to finish), its steps (not
-        map items or poll rounds; the first 500), current waits and pending signals."""
+        map items or poll rounds; the newest 500), current waits and pending signals."""
         if wait_ms > 0:
             await self._wait(scope, workflow_id, wait_ms)
 
@@ -329,7 +350,7 @@ class WorkflowService:
             signals = await store.workflow_signals_pending(tx, workflow_id, limit=MAX_WAITS_SHOWN)
             return Inspection(
                 workflow=workflow,
-                steps=[r for r in rows if r.item is None and r.round is None],
+                steps=rows,
                 waits=[r for r in active if _waits(r)][:MAX_WAITS_SHOWN],
                 signals=signals,
                 signal_names=_signal_names(definition),
@@ -594,6 +615,7 @@ class WorkflowService:
             row = await _step_of(advance, key)
             if row.state != StepState.NEEDS_REVIEW or row.task_id is None:
                 raise StateConflict(f"only a needs_review step can be resolved, not {row.state}")
+            advance.audit = True  # the change is the task's; the event moves the step
             await self._tasks.resolve_in(
                 advance.tx, advance.wf.scope, row.task_id, succeeded=succeeded,
                 result=output, error=error, actor=actor,
@@ -638,8 +660,10 @@ def _signal_names(definition: Definition) -> dict[str, str]:
     }
 
 
-def _request_hash(definition: Definition, input_: Any) -> str:
-    body = {"definition": definition.name, "version": definition.version, "input": input_}
+def _request_hash(name: str, version: str | None, input_: Any) -> str:
+    """The start as asked for: replaying it answers the first instance even after a newer
+    version was published (``version`` omitted stays omitted)."""
+    body = {"definition": name, "version": version, "input": input_}
     return hashlib.sha256(msgspec.json.encode(body, order="sorted")).hexdigest()
 
 

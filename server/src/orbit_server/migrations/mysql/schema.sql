@@ -334,7 +334,8 @@ CREATE TABLE IF NOT EXISTS workflows (
   UNIQUE KEY workflows_idempotency (tenant, environment, idempotency_key),
   KEY workflows_scope (tenant, environment, id),
   KEY workflows_definition (tenant, environment, definition, id),
-  KEY workflows_state (tenant, environment, state, id)
+  KEY workflows_state (tenant, environment, state, id),
+  KEY workflows_definition_state (tenant, environment, definition, state, id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE IF NOT EXISTS workflow_steps (

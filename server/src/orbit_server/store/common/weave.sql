@@ -10,9 +10,10 @@ SELECT * FROM workflow_definitions
  WHERE tenant = :tenant AND environment = :environment AND name = :name AND version = :version
 
 -- name: workflow_definition_latest
+-- The last published; versions published in the same microsecond: the greatest.
 SELECT * FROM workflow_definitions
  WHERE tenant = :tenant AND environment = :environment AND name = :name
- ORDER BY created_at DESC
+ ORDER BY created_at DESC, version DESC
  LIMIT 1
 
 -- name: workflow_definitions_list
@@ -63,6 +64,13 @@ SELECT * FROM workflows
  ORDER BY id DESC
  LIMIT :limit
 
+-- name: workflows_list_by_definition_state
+SELECT * FROM workflows
+ WHERE tenant = :tenant AND environment = :environment AND definition = :definition
+   AND state = :state AND id < :before
+ ORDER BY id DESC
+ LIMIT :limit
+
 -- name: workflows_list_by_state
 SELECT * FROM workflows
  WHERE tenant = :tenant AND environment = :environment AND state = :state AND id < :before
@@ -99,6 +107,16 @@ SELECT workflow_id, step_key, seq, step, kind, state, parent_key, branch, item, 
        updated_at
   FROM workflow_steps WHERE workflow_id = :workflow_id AND seq > :after
  ORDER BY seq
+ LIMIT :limit
+
+-- name: workflow_steps_main
+-- The newest executions that are steps (not a map's items, not a poll's rounds).
+SELECT workflow_id, step_key, seq, step, kind, state, parent_key, branch, item, round, task_id,
+       tries, input, output, error, progress, followed, due_at, wake_at, started_at, ended_at,
+       updated_at
+  FROM workflow_steps
+ WHERE workflow_id = :workflow_id AND item IS NULL AND round IS NULL
+ ORDER BY seq DESC
  LIMIT :limit
 
 -- name: workflow_steps_in_states
