@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import structlog
 
 from orbit_server.api.app import OrbitApp
@@ -121,13 +123,16 @@ async def build_node(
         db, clock, audit_writer, tasks, gates, max_params_bytes=settings.max_params_bytes,
         max_task_timeout_ms=settings.max_task_timeout_ms,
     )  # fmt: skip
-    runner = Runner(db, clock, tasks, workflows)
+    runner = Runner(db, clock, tasks, workflows, lanes=2 if db.dialect == "mysql" else 1)
 
-    def observe(advance: Advance, finished: bool) -> None:
-        if advance.writes:
-            metrics.workflow_advancement_writes.observe(advance.writes)
-        if finished:
-            metrics.workflows_finished.labels(advance.wf.state).inc()
+    def observe(advances: Sequence[Advance]) -> None:
+        """One committed transaction of advancements: its rows, the instances it finished."""
+        writes = sum(a.writes for a in advances)
+        if writes:
+            metrics.workflow_advancement_writes.observe(writes)
+        for advance in advances:
+            if advance.finished and not advance.was_finished:
+                metrics.workflows_finished.labels(advance.wf.state).inc()
 
     workflows.observe = observe
     supervisor.register(

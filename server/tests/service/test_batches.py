@@ -54,20 +54,28 @@ async def test_a_batch_of_starts_mixes_bulk_and_one_by_one_answers(node: Node) -
     from orbit_server.pulse.worker import StartVerdict
 
     gate = await node.gates.create(SCOPE)
+    open_gate = await node.gates.create(SCOPE)
     specs = [TaskSpec(queue="a", type="t", timeout_ms=60_000),
              TaskSpec(queue="a", type="t", timeout_ms=120_000),
-             TaskSpec(queue="a", type="t", gate_id=gate)]  # fmt: skip
+             TaskSpec(queue="a", type="t", gate_id=gate),
+             TaskSpec(queue="a", type="t", gate_id=open_gate)]  # fmt: skip
     await node.tasks.submit_many(SCOPE, specs)
-    short, long_, gated = await node.workers.claim(SCOPE, ALICE, [Want("a", "t", 10)], limit=10)
+    short, long_, gated, through = await node.workers.claim(
+        SCOPE, ALICE, [Want("a", "t", 10)], limit=10
+    )
     await node.gates.set_open(SCOPE, gate, open_=False)
     await node.tasks.cancel(SCOPE, long_.task.id, reason=None, actor=ACTOR)
-    answers = await node.workers.start_many([short.ref, long_.ref, gated.ref, short.ref])
+    answers = await node.workers.start_many(
+        [short.ref, long_.ref, gated.ref, short.ref, through.ref]
+    )
     assert [a.verdict for a in answers] == [
         StartVerdict.STARTED,  # in bulk
         StartVerdict.STALE,  # cancelled before it started
-        StartVerdict.DENIED_GATE,  # one by one: its gate closed
+        StartVerdict.DENIED_GATE,  # its gate closed
         StartVerdict.STARTED,  # asked twice: the same answer
+        StartVerdict.STARTED,  # in bulk: its gate is open
     ]
+    assert (await node.tasks.get(SCOPE, through.task.id)).state == "running"
     first, again = answers[0], answers[3]
     assert first.deadline_at is not None and first.expires_at is not None
     assert (again.expires_at, again.deadline_at) == (first.expires_at, first.deadline_at)

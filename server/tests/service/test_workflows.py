@@ -45,6 +45,7 @@ from tests.service.weave_support import (
     "workflow_definition_insert",
     "workflow_definition_get",
     "workflow_definitions_list",
+    "workflow_definition_latest_version",
 )
 async def test_publishing_is_immutable_and_identical_content_is_a_no_op(node: Node) -> None:
     first = body("order", [task("a")])

@@ -86,9 +86,9 @@ class Metrics:
         )
         self.workflow_advancement_writes = Histogram(
             "orbit_workflow_advancement_writes",
-            "Rows one workflow advancement wrote in its transaction: step executions created "
-            "or changed and step tasks created (W9: bounded by the work cap and a map's "
-            "max_concurrency)",
+            "Rows one transaction of workflow advancements wrote: step executions created or "
+            "changed and step tasks created (W9: bounded by the batch, the work cap and a "
+            "map's max_concurrency)",
             buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000),
             registry=r,
         )

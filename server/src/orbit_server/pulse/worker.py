@@ -149,11 +149,12 @@ class WorkerService:
     async def _start_together(
         self, tx: Tx, refs: Sequence[LeaseRef], now: datetime
     ) -> dict[int, StartAnswer]:
-        """The common case in bulk: leased tasks without a gate whose leases hold start
-        together, a few statements per distinct timeout. Answers the indexes it handled; the
-        rest go one by one."""
+        """The common case in bulk: leased tasks whose leases hold and whose gate (if any) is
+        open start together, a few statements per distinct timeout; the gates are read in one
+        statement under their shared lock, after the tasks' rows (the order of a single
+        start). Answers the indexes it handled; the rest go one by one."""
         rows = await lstore.tasks_lock_many(tx, [r.task_id for r in refs])
-        groups: dict[int, list[int]] = defaultdict(list)  # timeout → indexes
+        candidates: list[tuple[int, lstore.LockedTask]] = []
         seen: set[str] = set()
         for i, ref in enumerate(refs):
             task = rows.get(ref.task_id)
@@ -162,12 +163,18 @@ class WorkerService:
                 and task.id not in seen
                 and _holds(task, ref)
                 and task.state == TaskState.LEASED
-                and task.gate_id is None
                 and not _expired(task, now)
             ):
-                decide(TaskState.LEASED, Event.START)
-                groups[task.timeout_ms].append(i)
+                candidates.append((i, task))
                 seen.add(task.id)
+        gates = await lstore.gates_open(
+            tx, [g for _, t in candidates if (g := t.gate_id) is not None]
+        )
+        groups: dict[int, list[int]] = defaultdict(list)  # timeout → indexes
+        for i, held in candidates:
+            if held.gate_id is None or gates[held.gate_id]:
+                decide(TaskState.LEASED, Event.START)
+                groups[held.timeout_ms].append(i)
         answers: dict[int, StartAnswer] = {}
         for timeout_ms, indexes in sorted(groups.items()):
             expires_at, deadline = self._started_lease(now, timeout_ms)

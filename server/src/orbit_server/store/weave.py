@@ -64,16 +64,18 @@ async def workflow_definition_insert(tx: Tx, record: DefinitionRecord) -> None:
 
 
 async def workflow_definition_get(
-    tx: Tx, scope: Scope, name: str, version: str | None
+    tx: Tx, scope: Scope, name: str, version: str
 ) -> DefinitionRecord | None:
-    """One version, or the latest published one when ``version`` is None."""
-    if version is None:
-        row = await tx.fetch_one("workflow_definition_latest", {**_scoped(scope), "name": name})
-    else:
-        row = await tx.fetch_one(
-            "workflow_definition_get", {**_scoped(scope), "name": name, "version": version}
-        )
+    row = await tx.fetch_one(
+        "workflow_definition_get", {**_scoped(scope), "name": name, "version": version}
+    )
     return None if row is None else _definition(row)
+
+
+async def workflow_definition_latest_version(tx: Tx, scope: Scope, name: str) -> str | None:
+    """The version of ``name`` published last (an index-only read)."""
+    row = await tx.fetch_one("workflow_definition_latest_version", {**_scoped(scope), "name": name})
+    return None if row is None else str(row["version"])
 
 
 async def workflow_definitions_list(

@@ -105,7 +105,8 @@ class Advance:
         self.writes = 0  # rows written: step executions created or changed, tasks created
         self.review_changed = False  # a step entered or left needs_review
         self.audit = False  # audit an operator's call that changed no row of its own
-        self.was_finished = workflow.state in FINISHED
+        self.new_instance = False  # its row is inserted by the flush (a start)
+        self.was_finished = workflow.state in FINISHED  # as it was locked
         self.max_params_bytes = max_params_bytes
         # Set when the instance's new tasks met a full queue: they wait, pending, instead.
         self.defer_tasks = False
@@ -634,7 +635,7 @@ async def flush_all(tx: Tx, tasks: TaskService, advances: Sequence[Advance]) -> 
             at += count
             advance._new_tasks = []
         group[0].notes = notes  # announced once, with the first of the scope
-    changed = [a for a in advances if a.changed]
+    changed = [a for a in advances if a.changed or a.new_instance]
     for advance in changed:
         state = advance.wf.state
         reviewable = state in (WorkflowState.RUNNING, WorkflowState.NEEDS_REVIEW)
@@ -646,7 +647,11 @@ async def flush_all(tx: Tx, tasks: TaskService, advances: Sequence[Advance]) -> 
         advance.wf = dataclasses.replace(
             advance.wf, state=str(state), context=advance.context, updated_at=advance.now
         )
-    for part in chunks(changed, 500):
+    for advance in changed:
+        if advance.new_instance:  # last: a duplicate idempotency key rolls it all back
+            await store.workflow_insert(tx, advance.wf)
+    existing = [a for a in changed if not a.new_instance]
+    for part in chunks(existing, 500):
         await store.workflows_update_many(tx, [a.wf for a in part])
 
 

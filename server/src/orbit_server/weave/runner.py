@@ -51,6 +51,7 @@ class Runner:
         *,
         batch: int = 500,
         instances: int = 64,
+        lanes: int = 1,
     ) -> None:
         self._db = db
         self._clock = clock
@@ -59,6 +60,7 @@ class Runner:
         self._events = EventConsumer(db, clock)
         self.batch = batch
         self.instances = instances
+        self.lanes = lanes
 
     # -- result events ------------------------------------------------------------------------
 
@@ -75,13 +77,19 @@ class Runner:
             if event.owner_id is not None:
                 by_instance[event.owner_id].append(event)
         ids = sorted(by_instance)
-        handled = 0
-        for at in range(0, len(ids), self.instances):
-            part = ids[at : at + self.instances]
-            handled += await self._isolated(
-                part, lambda p, m: self._consume(p, [e for i in p for e in by_instance[i]], m)
-            )
-        return handled
+        parts = [ids[at : at + self.instances] for at in range(0, len(ids), self.instances)]
+
+        async def lane() -> int:
+            done = 0
+            while parts:
+                done += await self._isolated(
+                    parts.pop(0),
+                    lambda p, m: self._consume(p, [e for i in p for e in by_instance[i]], m),
+                )
+            return done
+
+        # Batches hold disjoint instances: ``lanes`` of them run at once (MySQL/MariaDB).
+        return sum(await asyncio.gather(*(lane() for _ in range(self.lanes))))
 
     async def _isolated(
         self, workflow_ids: list[str], run: Callable[[list[str], Mode], Awaitable[int]]

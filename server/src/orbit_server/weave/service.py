@@ -67,21 +67,22 @@ class Definitions:
         self._cache: OrderedDict[tuple[Scope, str, str], Definition] = OrderedDict()
 
     async def load(self, tx: Tx, scope: Scope, name: str, version: str | None) -> Definition:
-        if version is not None and (scope, name, version) in self._cache:
-            self._cache.move_to_end((scope, name, version))
-            return self._cache[(scope, name, version)]
-        record = await store.workflow_definition_get(tx, scope, name, version)
-        if record is None:
+        if version is None:  # the latest: one index read, then (usually) the cache
+            version = await store.workflow_definition_latest_version(tx, scope, name)
             if version is None:
                 raise NotFound(f"no workflow definition {name!r} is published")
-            raise NotFound(f"workflow definition {name!r} has no version {version!r}")
-        key = (scope, record.name, record.version)
+        key = (scope, name, version)
         found = self._cache.get(key)
-        if found is None:
-            found = parse(record.body or {})
-            self._cache[key] = found
-            while len(self._cache) > CACHE_SIZE:
-                self._cache.popitem(last=False)
+        if found is not None:
+            self._cache.move_to_end(key)
+            return found
+        record = await store.workflow_definition_get(tx, scope, name, version)
+        if record is None:
+            raise NotFound(f"workflow definition {name!r} has no version {version!r}")
+        found = parse(record.body or {})
+        self._cache[key] = found
+        while len(self._cache) > CACHE_SIZE:
+            self._cache.popitem(last=False)
         return found
 
 
@@ -107,7 +108,7 @@ class WorkflowService:
         self.definitions = Definitions()
         self.changed = asyncio.Event()  # set when an instance's wait times may have changed
         # Told of each committed advancement (its writes, and the state it left): metrics.
-        self.observe: Callable[[Advance, bool], None] = lambda advance, finished: None
+        self.observe: Callable[[Sequence[Advance]], None] = lambda advances: None
         self._finished: dict[str, set[asyncio.Event]] = {}
 
     # -- definitions (W1) ---------------------------------------------------------------------
@@ -206,23 +207,29 @@ class WorkflowService:
                 request_hash=digest if idempotency_key is not None else None,
                 created_at=now, updated_at=now, finished_at=None,
             )  # fmt: skip
-            try:
-                await store.workflow_insert(tx, workflow)
-            except DuplicateKey:
-                assert idempotency_key is not None
-                existing = await store.workflow_get_by_idempotency_key(tx, scope, idempotency_key)
-                if existing is None:
-                    raise
-                return _replayed(existing, digest), None
             advance = self._advance(tx, definition, workflow, now)
+            advance.new_instance = True  # inserted as it stands after its first steps
             first = definition.starts[None]
             await advance.enter(first, parent_key=None, branch=None, prev=input_)
             await advance.flush()
             return advance.wf, advance
 
-        workflow, advance = await self._db.run(unit)
+        try:
+            workflow, advance = await self._db.run(unit)
+        except DuplicateKey:  # a concurrent start of the same key committed first
+            if idempotency_key is None:
+                raise
+
+            async def replay(tx: Tx) -> WorkflowRecord | None:
+                return await store.workflow_get_by_idempotency_key(tx, scope, idempotency_key)
+
+            existing = await self._db.read(replay)
+            if existing is None:
+                raise
+            workflow, advance = _replayed(existing, _request_hash(name, version, input_)), None
         if advance is None:
             return await self.inspect(scope, workflow.id), False
+        self.observe([advance])
         await self.after(advance)
         rows = sorted(advance.rows.values(), key=lambda r: r.seq)
         seen = Inspection(
@@ -246,7 +253,6 @@ class WorkflowService:
     ) -> tuple[T, WorkflowRecord]:
         """Lock an instance, let ``act`` change it through an :class:`Advance`, write, audit
         (when ``action`` is given) and commit; then announce its tasks."""
-        finished_before: list[bool] = []
 
         async def unit(tx: Tx) -> tuple[T, Advance]:
             workflow = await store.workflow_lock(tx, workflow_id)
@@ -256,7 +262,6 @@ class WorkflowService:
                 tx, workflow.scope, workflow.definition, workflow.version
             )
             advance = self._advance(tx, definition, workflow, self._clock.now())
-            finished_before.append(advance.finished)
             answer = await act(advance)
             await advance.flush()
             if actor is not None and action is not None and (advance.changed or advance.audit):
@@ -267,7 +272,8 @@ class WorkflowService:
             return answer, advance
 
         answer, advance = await self._db.run(unit)
-        await self.after(advance, was_finished=finished_before[-1])
+        self.observe([advance])
+        await self.after(advance)
         return answer, advance.wf
 
     async def run_batch(
@@ -292,15 +298,15 @@ class WorkflowService:
                     tx, workflow.scope, workflow.definition, workflow.version
                 )
                 advance = self._advance(tx, definition, workflow, now)
-                advance.was_finished = advance.finished
                 await act(advance)
                 advances.append(advance)
             await flush_all(tx, self._tasks, advances)
             return advances
 
         advances = await self._db.run(unit)
+        self.observe(advances)
         for advance in advances:
-            await self.after(advance, was_finished=advance.was_finished)
+            await self.after(advance)
         return advances
 
     def _advance(
@@ -310,9 +316,8 @@ class WorkflowService:
             tx, self._tasks, definition, workflow, now, max_params_bytes=self._max_params_bytes
         )
 
-    async def after(self, advance: Advance, *, was_finished: bool = False) -> None:
+    async def after(self, advance: Advance) -> None:
         """After a commit: announce new tasks, wake cancelled work and waiters."""
-        self.observe(advance, advance.finished and not was_finished)
         await self._tasks.announce(advance.wf.scope, advance.submitted, advance.notes)
         for task in advance.cancelled:
             self._tasks.after_cancel(task)

@@ -9,9 +9,8 @@ VALUES (:tenant, :environment, :name, :version, :digest, :body, :created_at)
 SELECT * FROM workflow_definitions
  WHERE tenant = :tenant AND environment = :environment AND name = :name AND version = :version
 
--- name: workflow_definition_latest
--- The last published; versions published in the same microsecond: the greatest.
-SELECT * FROM workflow_definitions
+-- name: workflow_definition_latest_version
+SELECT version FROM workflow_definitions
  WHERE tenant = :tenant AND environment = :environment AND name = :name
  ORDER BY created_at DESC, version DESC
  LIMIT 1
