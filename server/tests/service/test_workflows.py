@@ -592,7 +592,8 @@ async def test_pause_lets_started_work_finish_starts_nothing_new_and_resume_goes
     await settle(node)
     rows = await steps(node, wf.id)
     assert sum(1 for r in rows.values() if r.item is not None and r.state == "succeeded") == 3
-    assert len([r for r in rows.values() if r.item is not None]) == 5  # ... none new
+    started = [r for r in rows.values() if r.item is not None and r.task_id is not None]
+    assert len(started) == 5  # ... none new
     assert len(leases) == 3
     assert await work(node) == []
     resumed = await node.workflows.resume(SCOPE, wf.id, reason=None, actor=ACTOR)
@@ -812,3 +813,19 @@ async def test_an_instance_that_cannot_advance_fails_visibly_and_blocks_no_other
     assert await work(node, type_="b") == [{}]
     await settle(node)
     assert (await get(node, good.id)).state == "succeeded"
+
+
+async def test_a_wide_map_starts_its_items_100_per_transaction(node: Node) -> None:
+    mapping = {"id": "each", "kind": "map", "items": "input.items", "max_concurrency": 250,
+               "task": {"queue": "wf", "type": "work", "params": "item"}}  # fmt: skip
+    await publish(node, body("wide", [mapping]))
+    wf = await start(node, "wide", {"items": list(range(300))})
+    rows = await steps(node, wf.id)
+    assert len([r for r in rows.values() if r.item is not None]) == 100  # the first batch
+    assert rows["each"].wake_at is not None  # more to start: due now
+    await settle(node)
+    rows = await steps(node, wf.id)
+    assert len([r for r in rows.values() if r.task_id is not None]) == 250  # max_concurrency
+    assert rows["each"].wake_at is None
+    assert await run(node) == 300
+    assert (await get(node, wf.id)).output == list(range(300))

@@ -57,6 +57,7 @@ from orbit_server.weave.engine import (
 from orbit_server.weave.expr import ExpressionFailed
 
 WORK_CAP = 100
+MAP_BATCH = 100  # a map's items started (and rows created) by one advancement, at most
 DEFER = timedelta(seconds=1)  # a step task that met a full queue is tried again after this
 MAX_MAP_ITEMS = 100_000
 SYSTEM = Actor(name="orbit:weave")
@@ -318,20 +319,26 @@ class Advance:
         await self.refill(row)
 
     async def refill(self, row: StepRecord) -> None:
-        """Start items until ``max_concurrency`` run (creating their rows in batches)."""
+        """Start items until ``max_concurrency`` run, at most ``MAP_BATCH`` in this
+        advancement (their rows created ``MAP_BATCH`` at a time); past that the map's row is
+        due now and the wait loop goes on in a new transaction."""
         step = self.definition.steps[row.step]
         assert isinstance(step, MapStep) and row.progress is not None
         progress = dict(row.progress)
         items: list[Any] | None = self._items.get(row.key)
-        while (
-            progress["started"] < progress["total"]
-            and progress["started"] - progress["done"] < step.max_concurrency
-        ):
+
+        def room() -> bool:
+            started, done = int(progress["started"]), int(progress["done"])
+            return started < int(progress["total"]) and started - done < step.max_concurrency
+
+        budget = MAP_BATCH
+        while room() and budget > 0:
+            budget -= 1
             index = progress["started"]
             if index == progress["created"]:
                 if items is None:
                     items = await store.workflow_step_items(self.tx, self.wf.id, row.key)
-                end = min(progress["total"], index + step.max_concurrency)
+                end = min(progress["total"], index + MAP_BATCH)
                 for i in range(index, end):
                     self._create(
                         engine.item_key(row.key, i), step.id, "task", parent_key=row.key,
@@ -352,7 +359,8 @@ class Advance:
                 row = self.put(row, progress=progress)
                 await self._fail_container(row, error)
                 return
-        self.put(row, progress=progress)
+        due = self.now if room() else None
+        self.put(row, progress=progress, due_at=due, wake_at=due)
 
     async def _item_ended(self, parent: StepRecord, child: StepRecord, outcome: Outcome) -> None:
         assert parent.progress is not None
