@@ -101,3 +101,16 @@ async def test_the_schedules_benchmark_runs_and_reports(
     assert runs[1]["spread_s"] == 0  # aligned: every schedule fires at the same instant
     [report] = sorted(tmp_path.glob("schedules-*.md"))
     assert "| rows per pass p50 |" in report.read_text()
+
+
+async def test_the_workflows_benchmark_runs_and_reports(
+    mysql_server: MySQLServerForTests, tmp_path: Path
+) -> None:
+    done = await run_bench(mysql_server, tmp_path, "workflows", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [run] = reported(done, "workflows")
+    assert (run["instances"], run["steps"], run["paced_instances"]) == (20, 100, 10)
+    assert run["steps_per_s"] > 0 and run["hop_p50_ms"] > 0 and run["advance_p50_ms"] > 0
+    assert run["largest_advancement_rows"] > 0
+    [report] = sorted(tmp_path.glob("workflows-*.md"))
+    assert "| paced" in report.read_text() and "| burst" in report.read_text()
