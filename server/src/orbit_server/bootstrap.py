@@ -113,11 +113,6 @@ async def build_node(
     sessions = SessionService(
         db, clock, node=settings.node_id, seen_window_ms=3 * settings.heartbeat_ms
     )
-    supervisor.register(
-        ServerRole.RECOVERY,
-        "retention",
-        lambda: retention_loop(lambda: prune_history(tasks, schedules, sessions, settings)),
-    )
     gates = GateService(db, clock)
     workflows = WorkflowService(
         db, clock, audit_writer, tasks, gates, max_params_bytes=settings.max_params_bytes,
@@ -135,6 +130,13 @@ async def build_node(
                 metrics.workflows_finished.labels(advance.wf.state).inc()
 
     workflows.observe = observe
+    supervisor.register(
+        ServerRole.RECOVERY,
+        "retention",
+        lambda: retention_loop(
+            lambda: prune_history(tasks, schedules, sessions, workflows, settings)
+        ),
+    )
     supervisor.register(
         ServerRole.EVENTS, "workflow-events", lambda: events_loop(runner, watch.settled)
     )
@@ -169,10 +171,16 @@ async def build_node(
 
 
 async def prune_history(
-    tasks: TaskService, schedules: ScheduleService, sessions: SessionService, settings: Settings
+    tasks: TaskService,
+    schedules: ScheduleService,
+    sessions: SessionService,
+    workflows: WorkflowService,
+    settings: Settings,
 ) -> int:
-    """One retention pass: finished tasks, schedules' fire ledgers, closed worker sessions."""
-    removed = await tasks.prune_finished(
+    """One retention pass: finished tasks and workflows, schedules' fire ledgers, closed
+    worker sessions."""
+    removed = await workflows.prune_finished(settings.result_retention_ms)
+    removed += await tasks.prune_finished(
         settings.result_retention_ms, idempotency_ms=settings.idempotency_retention_ms
     )
     removed += await schedules.prune_fires(settings.result_retention_ms)

@@ -112,7 +112,9 @@ class Settings:
         30_000, "On shutdown, time running work gets to finish", minimum=0
     )
     result_retention_ms: int = _setting(
-        7 * 86_400_000, "How long finished tasks and their results are kept", minimum=60_000
+        7 * 86_400_000,
+        "How long finished tasks, workflows and their results are kept",
+        minimum=60_000,
     )
     idempotency_retention_ms: int = _setting(
         7 * 86_400_000, "How long an idempotency key keeps answering with its task", minimum=60_000

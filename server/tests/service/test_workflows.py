@@ -829,3 +829,27 @@ async def test_a_wide_map_starts_its_items_100_per_transaction(node: Node) -> No
     assert rows["each"].wake_at is None
     assert await run(node) == 300
     assert (await get(node, wf.id)).output == list(range(300))
+
+
+@pytest.mark.covers(
+    "workflows_finished_before", "workflow_steps_delete_some", "workflow_delete", "gate_delete"
+)
+async def test_finished_instances_are_forgotten_after_the_retention_in_bounded_parts(
+    node: Node, clock: FakeClock
+) -> None:
+    mapping = {"id": "each", "kind": "map", "items": "input.items", "max_concurrency": 50,
+               "task": {"queue": "wf", "type": "work", "params": "item"}}  # fmt: skip
+    await publish(node, body("m", [mapping]))
+    old = await start(node, "m", {"items": list(range(30))})
+    await run(node)
+    clock.advance(timedelta(hours=2))
+    running = await start(node, "m", {"items": [1]})
+    assert await node.workflows.prune_finished(3_600_000, budget=20) == 20  # steps only
+    assert (await get(node, old.id)).state == "succeeded"
+    assert await node.workflows.prune_finished(3_600_000, budget=20) == 12  # 11 steps + itself
+    with pytest.raises(NotFound):
+        await get(node, old.id)
+    assert await node.workflows.prune_finished(3_600_000) == 0
+    assert (await get(node, running.id)).state == "running"
+    with pytest.raises(NotFound):
+        await node.gates.get(SCOPE, old.gate_id)

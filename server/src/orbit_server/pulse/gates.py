@@ -59,6 +59,11 @@ class GateService:
         assert gate is not None
         return gate
 
+    @staticmethod
+    async def delete_in(tx: Tx, gate_id: str) -> None:
+        """Forget a gate whose owner is gone (a workflow past the retention)."""
+        await lstore.gate_delete(tx, gate_id)
+
     async def get(self, scope: Scope, gate_id: str) -> GateRecord:
         async def unit(tx: Tx) -> GateRecord | None:
             return await lstore.gate_get(tx, scope, gate_id)

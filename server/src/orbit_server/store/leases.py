@@ -232,6 +232,10 @@ async def gate_get(tx: Tx, scope: Scope, gate_id: str, *, lock: bool = False) ->
     )
 
 
+async def gate_delete(tx: Tx, gate_id: str) -> None:
+    await tx.execute("gate_delete", {"id": gate_id})
+
+
 async def gates_open(tx: Tx, gate_ids: Sequence[str]) -> dict[str, bool]:
     """Whether each gate is open, read under a shared lock that a closer must wait for."""
     if not gate_ids:

@@ -526,3 +526,26 @@ async def workflow_signals_pending(tx: Tx, workflow_id: str, *, limit: int) -> l
         "workflow_signals_pending", {"workflow_id": workflow_id, "limit": limit}
     )
     return [_signal(r) for r in rows]
+
+
+# -- retention --------------------------------------------------------------------------------
+
+
+async def workflows_finished_before(
+    tx: Tx, before: datetime, *, limit: int
+) -> list[tuple[str, str]]:
+    """(instance, its gate) of up to ``limit`` instances finished before ``before``."""
+    rows = await tx.fetch_all("workflows_finished_before", {"before": before, "limit": limit})
+    return [(str(r["id"]), str(r["gate_id"])) for r in rows]
+
+
+async def workflow_steps_delete_some(tx: Tx, workflow_id: str, *, limit: int) -> int:
+    return await tx.execute(
+        "workflow_steps_delete_some", {"workflow_id": workflow_id, "limit": limit}
+    )
+
+
+async def workflow_delete(tx: Tx, workflow_id: str) -> None:
+    """The instance's row and its signals (its steps go first, in bounded parts)."""
+    await tx.execute("workflow_signals_delete", {"workflow_id": workflow_id})
+    await tx.execute("workflow_delete", {"id": workflow_id})

@@ -12,7 +12,7 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import msgspec
@@ -417,6 +417,32 @@ class WorkflowService:
         if found is None:
             raise NotFound("no such workflow")
         return found
+
+    # -- history (P10) ------------------------------------------------------------------------
+
+    async def prune_finished(self, retention_ms: int, *, budget: int = 1000) -> int:
+        """Delete instances finished longer than ``retention_ms`` ago with their step
+        executions, signals and gate, at most ``budget`` step rows per call (a large map's
+        instance takes several calls); answers the rows removed (0: nothing left to do)."""
+        before = self._clock.now() - timedelta(milliseconds=retention_ms)
+
+        async def unit(tx: Tx) -> int:
+            removed = 0
+            for workflow_id, gate_id in await store.workflows_finished_before(
+                tx, before, limit=100
+            ):
+                left = budget - removed
+                if left <= 0:
+                    break
+                steps = await store.workflow_steps_delete_some(tx, workflow_id, limit=left)
+                removed += steps
+                if steps < left:  # its steps are gone
+                    await store.workflow_delete(tx, workflow_id)
+                    await self._gates.delete_in(tx, gate_id)
+                    removed += 1
+            return removed
+
+        return await self._db.run(unit)
 
     # -- signals (W5) -------------------------------------------------------------------------
 

@@ -335,7 +335,8 @@ CREATE TABLE IF NOT EXISTS workflows (
   KEY workflows_scope (tenant, environment, id),
   KEY workflows_definition (tenant, environment, definition, id),
   KEY workflows_state (tenant, environment, state, id),
-  KEY workflows_definition_state (tenant, environment, definition, state, id)
+  KEY workflows_definition_state (tenant, environment, definition, state, id),
+  KEY workflows_finished (finished_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE IF NOT EXISTS workflow_steps (

@@ -369,6 +369,7 @@ CREATE INDEX IF NOT EXISTS workflows_scope ON workflows (tenant, environment, id
 CREATE INDEX IF NOT EXISTS workflows_definition ON workflows (tenant, environment, definition, id);
 CREATE INDEX IF NOT EXISTS workflows_state ON workflows (tenant, environment, state, id);
 CREATE INDEX IF NOT EXISTS workflows_definition_state ON workflows (tenant, environment, definition, state, id);
+CREATE INDEX IF NOT EXISTS workflows_finished ON workflows (finished_at);
 
 CREATE TABLE IF NOT EXISTS workflow_steps (
   workflow_id TEXT NOT NULL,

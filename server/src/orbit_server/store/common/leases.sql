@@ -5,6 +5,9 @@
 INSERT INTO gates (id, tenant, environment, open, version, created_at, updated_at)
 VALUES (:id, :tenant, :environment, 1, 0, :now, :now)
 
+-- name: gate_delete
+DELETE FROM gates WHERE id = :id
+
 -- name: gate_set
 UPDATE gates SET open = :open, version = version + 1, updated_at = :now
  WHERE id = :id AND tenant = :tenant AND environment = :environment

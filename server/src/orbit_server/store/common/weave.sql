@@ -172,3 +172,13 @@ SELECT * FROM workflow_signals
  WHERE workflow_id = :workflow_id AND state = 'pending'
  ORDER BY name, id
  LIMIT :limit
+
+-- name: workflows_finished_before
+-- Instances finished before the retention's limit (running ones have no finished_at).
+SELECT id, gate_id FROM workflows WHERE finished_at < :before LIMIT :limit
+
+-- name: workflow_signals_delete
+DELETE FROM workflow_signals WHERE workflow_id = :workflow_id
+
+-- name: workflow_delete
+DELETE FROM workflows WHERE id = :id

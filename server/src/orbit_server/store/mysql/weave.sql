@@ -44,3 +44,6 @@ UPDATE JSON_TABLE(:rows_json, '$[*]' COLUMNS (
    SET w.state = p.state, w.output = p.output, w.error = p.error, w.context = p.context,
        w.control_version = p.control_version, w.updated_at = p.updated_at,
        w.finished_at = p.finished_at
+
+-- name: workflow_steps_delete_some
+DELETE FROM workflow_steps WHERE workflow_id = :workflow_id LIMIT :limit
