@@ -61,25 +61,30 @@ INSTANCE = msgspec.json.decode(b"""
  "finished_at": null,
  "steps": [
    {"step": "charge", "key": "charge", "type": "task", "state": "succeeded",
-    "task_id": "01m8kr0a2c", "round": null, "item": null, "output": {"receipt": "r-1"},
+    "task_id": "01m8kr0a2c", "round": null, "item": null, "branch": null, "parent": null,
+    "output": {"receipt": "r-1"},
     "error": null, "started_at": "2026-12-01T10:00:00.010Z",
     "ended_at": "2026-12-01T10:00:01.200Z"},
    {"step": "approve", "key": "approve", "type": "signal", "state": "waiting",
-    "task_id": null, "round": null, "item": null, "output": null, "error": null,
+    "task_id": null, "round": null, "item": null, "branch": null, "parent": null,
+    "output": null, "error": null,
     "started_at": "2026-12-01T10:00:01.210Z", "ended_at": null}],
  "waits": [{"key": "approve", "step": "approve", "kind": "signal",
             "until": "2026-12-02T10:00:01.210Z", "signal": "approved"}],
  "pending_signals": [{"id": "sig_01m8kr0a3d", "name": "note",
                       "created_at": "2026-12-01T10:00:00.500Z"}],
  "added_by_a_later_server": {"ignored": true}}""")
+# Item 17 of the map step "resize".
 STEP = {
     "step": "resize",
     "key": "resize:i17",
-    "type": "map",
+    "type": "task",
     "state": "failed",
     "task_id": "01m8kr0b4e",
     "round": None,
     "item": 17,
+    "branch": None,
+    "parent": "resize",
     "output": None,
     "error": {"code": "too_big", "message": "image over 50 MB"},
     "started_at": "2026-12-01T10:05:00.000Z",
@@ -506,13 +511,31 @@ def test_workflow_steps_reads_a_page_of_executions(call: Callable[..., Any]) -> 
     assert dict(fake.last.url.params) == {"limit": "1", "cursor": "s1"}
     assert isinstance(page, WorkflowStepPage) and page.next_cursor == "s2"
     [step] = page.items
-    assert (step.step, step.key, step.type, step.state) == ("resize", "resize:i17", "map", "failed")
+    assert (step.step, step.key, step.type, step.state) == (
+        "resize", "resize:i17", "task", "failed",
+    )  # fmt: skip
     assert (step.item, step.round, step.task_id) == (17, None, "01m8kr0b4e")
+    assert (step.branch, step.parent) == (None, "resize")
     assert step.error == WorkflowError(code="too_big", message="image over 50 MB")
 
 
+def test_a_step_names_its_branch_and_parent() -> None:
+    """A step of a parallel branch names the branch and the parallel execution; a step the
+    server sends without the two fields (an older server) reads them as None."""
+    in_branch = {**STEP, "step": "print", "key": "print", "item": None, "branch": "label",
+                 "parent": "ship"}  # fmt: skip
+    older = {key: value for key, value in STEP.items() if key not in ("branch", "parent")}
+    fake = FakeOrbit(ok({"items": [in_branch, older], "next_cursor": None}))
+    with Client.from_config(CONFIG, transport=httpx2.MockTransport(fake)) as client:
+        first, second = client.workflow_steps("wf_01m8kr0a1b").items
+
+    assert (first.key, first.branch, first.parent) == ("print", "label", "ship")
+    assert (second.key, second.branch, second.parent) == ("resize:i17", None, None)
+    assert WorkflowStep(step="a", key="a", type="task", state="pending").branch is None
+
+
 def step_pages() -> FakeOrbit:
-    poll = {**STEP, "step": "check", "type": "poll", "item": None}
+    poll = {**STEP, "step": "check", "item": None, "parent": "check"}
     return FakeOrbit(
         ok({"items": [{**poll, "key": "check:r1", "round": 1}], "next_cursor": "s1"}),
         ok({"items": [{**poll, "key": "check:r2", "round": 2}], "next_cursor": None}),

@@ -62,7 +62,8 @@ class TaskStep:
     queue: str
     type: str
     params: str | None = None
-    """The task's params (default: ``input``)."""
+    """The task's params (default: ``input``, the instance's input; not the previous step's
+    output)."""
     output: str | None = None
     """The step's output, an expression over ``result`` (default: ``result``)."""
     retry: RetryPolicy | None = None
@@ -158,8 +159,10 @@ class StepList:
     ) -> Self:
         """A ``task`` step: one task on ``queue``; its output is ``output`` over ``result``.
 
-        ``params`` (default ``input``), ``output``, ``concurrency_key`` and ``fairness_key``
-        are CEL expressions. A failed task goes to ``on_failure`` or fails the workflow.
+        ``params`` (default ``input``, the instance's input), ``output``, ``concurrency_key``
+        and ``fairness_key`` are CEL expressions. A task that fails for good (after its own
+        retries) goes to ``on_failure``, or fails the step's list: the workflow, or the
+        parallel branch it is in.
         """
         template = TaskStep(
             queue=queue,
@@ -188,7 +191,8 @@ class StepList:
         description: str | None = None,
     ) -> Self:
         """A ``choice`` step: the first :class:`When` whose condition holds names the next
-        step, else ``default``. Its output is the previous step's, passed through."""
+        step, else ``default`` (neither: the step fails, ``no_choice``). Its output is the
+        previous step's, passed through."""
         fields = _given(
             {
                 "choices": [{"when": when.when, "next": when.next} for when in choices],
@@ -208,7 +212,9 @@ class StepList:
         description: str | None = None,
     ) -> Parallel:
         """A ``parallel`` step: its branches run at once; add them with
-        :meth:`Parallel.branch`. Its output is ``{branch name: the branch's last output}``."""
+        :meth:`Parallel.branch`. Its output is ``{branch name: the branch's last output}``.
+        A branch that fails cancels the others' work, and the step goes to ``on_failure``
+        or fails its own list."""
         parallel = Parallel(self._ids)
         fields = _given({"on_failure": on_failure})
         self._add(
@@ -234,9 +240,11 @@ class StepList:
         end: bool = False,
         description: str | None = None,
     ) -> Self:
-        """A ``map`` step: ``task`` once per item of the list ``items`` (an expression), at
-        most ``max_concurrency`` at a time (Orbit's default: 10). The task's expressions also
-        see ``item`` and ``index``; the output is the items' outputs, in item order."""
+        """A ``map`` step: ``task`` once per item of the list ``items`` (an expression; at
+        most 100,000 items), at most ``max_concurrency`` at a time (Orbit's default: 10, at
+        most 1,000). The task's expressions also see ``item`` and ``index``; the output is
+        the items' outputs, in item order. An item that fails cancels the others, and the
+        step goes to ``on_failure`` or fails its list."""
         fields = _given(
             {
                 "items": items,
@@ -259,7 +267,8 @@ class StepList:
         description: str | None = None,
     ) -> Self:
         """A ``timer`` step: wait ``duration``, or until the time ``until`` (an expression
-        giving an RFC 3339 time); give exactly one. Its output is null."""
+        giving an RFC 3339 time with its offset; a past time ends the wait at once); give
+        exactly one. Its output is null."""
         if (duration is None) == (until is None):
             raise ValueError(f"timer {step_id!r} needs exactly one of duration and until")
         fields = _given(
@@ -283,9 +292,10 @@ class StepList:
         end: bool = False,
         description: str | None = None,
     ) -> Self:
-        """A ``signal`` step: wait for the signal ``name`` (``signal_workflow``), for at most
-        ``timeout``, then go to ``on_timeout``. Its output is ``output`` over ``signal``
-        (default: the signal's payload)."""
+        """A ``signal`` step: wait for the signal ``name`` (``signal_workflow``; one sent
+        earlier and kept is taken at once), for at most ``timeout``, then go to
+        ``on_timeout`` (without it the step fails, ``signal_timeout``). Its output is
+        ``output`` over ``signal`` (default: the signal's payload)."""
         fields = _given(
             {
                 "name": name,
@@ -312,9 +322,12 @@ class StepList:
         end: bool = False,
         description: str | None = None,
     ) -> Self:
-        """A ``poll`` step: run ``task`` in rounds, ``interval`` apart, until the condition
-        ``until`` (over ``result`` and ``round``) holds. After ``max_rounds`` rounds or
-        ``max_duration`` it goes to ``on_exhausted``. Its output is the last round's."""
+        """A ``poll`` step: run ``task`` in rounds (the first at once, then ``interval``
+        apart) until the condition ``until`` holds; it sees ``round`` and, as ``result``, the
+        round's output (the task's ``output`` mapping applied). After ``max_rounds`` rounds,
+        or when the next round would start past ``max_duration``, it goes to
+        ``on_exhausted`` (without it the step fails, ``poll_exhausted``); a round whose task
+        fails sends it to ``on_failure``. Its output is the last round's."""
         fields = _given(
             {
                 "task": task.to_dict(),
@@ -334,8 +347,10 @@ class StepList:
     def succeed(
         self, step_id: str, *, output: str | None = None, description: str | None = None
     ) -> Self:
-        """A ``succeed`` step: the workflow succeeds with ``output`` (an expression; default:
-        the previous step's output)."""
+        """A ``succeed`` step: its list ends here with ``output`` (an expression; default:
+        the previous step's output). At the top level the workflow succeeds (the definition's
+        own ``output``, if it has one, gives the workflow's output); in a parallel branch the
+        branch ends with this output."""
         fields = _given({"output": output})
         self._add(step_id, "succeed", fields, chains=False, description=description)
         return self
@@ -348,7 +363,9 @@ class StepList:
         message: str | None = None,
         description: str | None = None,
     ) -> Self:
-        """A ``fail`` step: the workflow fails with the error ``{code, message}``."""
+        """A ``fail`` step: its list fails with the error ``{code, message}``. At the top level
+        the workflow fails; in a parallel branch the parallel step fails with this error (and
+        goes to its ``on_failure``)."""
         fields = {"error": _given({"code": code, "message": message})}
         self._add(step_id, "fail", fields, chains=False, description=description)
         return self
@@ -436,9 +453,10 @@ class Workflow(StepList):
     it to ``publish_workflow``.
 
     ``version`` names this content for good: publishing other content under it is refused
-    (``version_exists``). ``output`` is a CEL expression for the workflow's output when the
-    top-level list runs out without a ``succeed`` step. ``start`` is the first step (default:
-    the first declared); it may also be set later, ``workflow.start = "charge"``.
+    (``version_exists``). ``output`` is a CEL expression for the workflow's output, evaluated
+    when the top-level list ends (after a ``succeed`` step too); without it, the output is
+    the output of the step that ended the list. ``start`` is the first step (default: the
+    first declared); it may also be set later, ``workflow.start = "charge"``.
 
     >>> wf = Workflow("greet", version="1")
     >>> wf.task("hello", queue="q", type="hello").succeed("done").to_dict()["steps"][0]["next"]

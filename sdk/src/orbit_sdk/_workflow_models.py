@@ -52,15 +52,20 @@ mapping shaped like the definition JSON (sent as it is)."""
 
 
 class WorkflowError(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """Why a workflow or a step failed: a ``fail`` step's, a task's or Orbit's own ``code``.
+    """Why a workflow or a step failed: a ``fail`` step's code, a task's error code, or one of
+    Orbit's own (``expression_failed``, ``task_invalid``, ``no_choice``, ``signal_timeout``,
+    ``poll_exhausted``, ``cancelled``, ...).
 
-    On an instance, ``step`` names the step execution (its key) that failed it, when one did.
-    Passed to ``resolve_workflow_step`` it is the error the step fails with.
+    On an instance, ``step`` names the top-level step execution (its key) that failed it, when
+    one did, and ``cause`` the execution inside it that failed first when that was another
+    (a branch's step, a map's item such as ``resize:i17``, a poll's round). Passed to
+    ``resolve_workflow_step`` it is the error the step fails with.
     """
 
     code: str
     message: str = ""
     step: str | None = None
+    cause: str | None = None
 
 
 class WorkflowDefinition(msgspec.Struct, frozen=True, kw_only=True):
@@ -86,8 +91,8 @@ class WorkflowDefinitionPage(msgspec.Struct, frozen=True, kw_only=True):
 
 class WorkflowStep(msgspec.Struct, frozen=True, kw_only=True):
     """One execution of a step: the first visit of step ``charge`` has the key ``charge``,
-    a second visit ``charge:2``, a map's item 17 ``resize:i17``, a poll's round 3
-    ``check:r3``."""
+    a second visit (a loop through a ``choice``) ``charge:2``, item 17 of the map step
+    ``resize`` ``resize:i17``, round 3 of the poll step ``check`` ``check:r3``."""
 
     step: str
     """The step's id in the definition."""
@@ -95,16 +100,20 @@ class WorkflowStep(msgspec.Struct, frozen=True, kw_only=True):
     """This execution's key within the instance; the recovery calls take it."""
     type: str
     """The step's kind: ``task``, ``choice``, ``parallel``, ``map``, ``timer``, ``signal``,
-    ``poll``, ``succeed`` or ``fail``."""
+    ``poll``, ``succeed`` or ``fail``; ``task`` for map items and poll rounds."""
     state: str
     """``pending``, ``running``, ``waiting``, ``succeeded``, ``failed``, ``skipped``,
     ``cancelled`` or ``needs_review``."""
     task_id: str | None = None
-    """The Pulse task this execution runs, for task-running steps."""
+    """The task this execution runs: for ``task`` steps, map items and poll rounds."""
     round: int | None = None
-    """A poll's round."""
+    """A poll round's number, from 1."""
     item: int | None = None
-    """A map's item index."""
+    """A map item's index, from 0."""
+    branch: str | None = None
+    """The name of the ``parallel`` branch it runs in, if it runs in one."""
+    parent: str | None = None
+    """The key of the ``parallel``, ``map`` or ``poll`` execution it belongs to, if any."""
     output: Any = None
     error: WorkflowError | None = None
     started_at: datetime | None = None
@@ -112,7 +121,9 @@ class WorkflowStep(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class WorkflowWait(msgspec.Struct, frozen=True, kw_only=True):
-    """Something an instance waits for: a timer, a signal, a poll's next round."""
+    """Something an instance waits for: a timer, a signal, a poll's next round, or a step
+    held back for a moment (past the work of one transaction, or for room in a full
+    queue)."""
 
     key: str
     """The waiting step execution's key."""
@@ -120,7 +131,8 @@ class WorkflowWait(msgspec.Struct, frozen=True, kw_only=True):
     kind: str
     """What kind of wait it is (the waiting step's kind, such as ``timer`` or ``signal``)."""
     until: datetime | None = None
-    """When the wait ends on its own (a timer's end, a signal's timeout), if ever."""
+    """When the wait ends on its own (a timer's end, a signal's timeout, a poll's next
+    round), if ever."""
     signal: str | None = None
     """The name of the signal it waits for, if it waits for one."""
 
@@ -150,15 +162,23 @@ class WorkflowInstance(msgspec.Struct, frozen=True, kw_only=True):
     """``running``, ``paused``, ``needs_review``, ``succeeded``, ``failed`` or ``cancelled``."""
     input: Any = None
     output: Any = None
+    """Once ``succeeded``: the definition's ``output`` expression if it has one, else the
+    output of the step that ended the top-level list (a ``succeed`` step, or its last)."""
     error: WorkflowError | None = None
+    """Why it ``failed`` or was ``cancelled``."""
     control_version: int
-    """Raised by operator control such as a pause."""
+    """0 at the start; one more with each pause, resume, and step retry or skip that runs a
+    failed instance again."""
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None = None
     steps: list[WorkflowStep] = msgspec.field(default_factory=list)
+    """Its step executions in the order they began: the newest 500, without map items and
+    poll rounds (``iter_workflow_steps`` reads every one)."""
     waits: list[WorkflowWait] = msgspec.field(default_factory=list)
+    """What it waits for now (at most 100)."""
     pending_signals: list[PendingSignal] = msgspec.field(default_factory=list)
+    """Signals no step has taken yet (at most 100)."""
 
     @property
     def is_terminal(self) -> bool:
@@ -184,7 +204,8 @@ class WorkflowStepPage(msgspec.Struct, frozen=True, kw_only=True):
 
 class WorkflowSignal(msgspec.Struct, frozen=True, kw_only=True):
     """A signal as Orbit took it: ``delivered`` to a waiting step (``step`` is its key), or
-    ``pending`` until a step of that name waits."""
+    ``pending`` until a step of that name waits. Sending its idempotency key again answers
+    this signal, as it is now."""
 
     id: str
     name: str

@@ -96,11 +96,12 @@ class WorkflowCalls(Calls):
         """``POST /v1/workflow-definitions``: publish a definition version.
 
         ``definition`` is a :class:`~orbit_sdk.Workflow` or a mapping shaped like the
-        definition JSON. Publishing the same content again answers the version there is.
-        Other content under the same name and version raises
-        :class:`~orbit_sdk.ConflictError` (``version_exists``); a definition Orbit refuses
-        raises :class:`~orbit_sdk.ProtocolError` (``definition_invalid``) whose ``details``
-        give the reasons.
+        definition JSON. Orbit checks all of it before it stores anything. Publishing the
+        same content again answers the version there is and changes nothing. Other content
+        under the same name and version raises :class:`~orbit_sdk.ConflictError`
+        (``version_exists``); a definition Orbit refuses raises
+        :class:`~orbit_sdk.ProtocolError` (``definition_invalid``) whose
+        ``details["reasons"]`` list every problem found.
         """
         return self._run(workflow_definition_publish(definition))
 
@@ -138,9 +139,16 @@ class WorkflowCalls(Calls):
     ) -> WorkflowInstance:
         """``POST /v1/workflows``: start an instance of the definition named ``definition``.
 
-        Without ``version`` it runs the latest version. ``input`` of ``None`` sends none.
-        Replaying an ``idempotency_key`` with the same arguments answers the instance it
-        started; different arguments raise :class:`~orbit_sdk.IdempotencyConflictError`.
+        Without ``version`` it runs the version published last; the instance keeps its version
+        to its end. ``input`` of ``None`` sends none (the instance's input is null). The first
+        steps are entered, and their tasks created, before it answers.
+
+        With an ``idempotency_key``, the same request again (the same name, ``version`` given
+        or left out alike, the same input) answers the instance the key started, whatever its
+        state, also after a newer version was published; another request with the key raises
+        :class:`~orbit_sdk.IdempotencyConflictError`. No such definition or version raises
+        :class:`~orbit_sdk.NotFoundError`; a first step's task that would overfill its queue
+        raises :class:`~orbit_sdk.QueueFullError`, and nothing is started.
         """
         operation = workflow_start(
             definition, input, version=version, idempotency_key=idempotency_key
@@ -148,8 +156,10 @@ class WorkflowCalls(Calls):
         return self._run(operation)
 
     def get_workflow(self, workflow_id: str) -> WorkflowInstance:
-        """``GET /v1/workflows/{id}``: the instance with its steps, waits and pending
-        signals. Raises :class:`~orbit_sdk.NotFoundError` for no such instance."""
+        """``GET /v1/workflows/{id}``: the instance with its step executions (the newest 500,
+        without map items and poll rounds: :meth:`iter_workflow_steps` reads every one), what
+        it waits for and the signals no step has taken yet. Raises
+        :class:`~orbit_sdk.NotFoundError` for no such instance."""
         return self._run(workflow_get(workflow_id))
 
     def wait_for_workflow(
@@ -207,7 +217,8 @@ class WorkflowCalls(Calls):
     def workflow_steps(
         self, workflow_id: str, *, limit: int | None = None, cursor: str | None = None
     ) -> WorkflowStepPage:
-        """``GET /v1/workflows/{id}/steps``: one page of the instance's step executions."""
+        """``GET /v1/workflows/{id}/steps``: one page of the instance's step executions, map
+        items and poll rounds included, in the order they began."""
         return self._run(workflow_step_list(workflow_id, limit=limit, cursor=cursor))
 
     def iter_workflow_steps(
@@ -231,38 +242,73 @@ class WorkflowCalls(Calls):
     ) -> WorkflowSignal:
         """``POST /v1/workflows/{id}/signals``: send the signal ``name`` with ``payload``.
 
-        A ``signal`` step waiting for that name takes it at once (``state`` ``delivered``);
-        otherwise it stays ``pending`` until one does. With an ``idempotency_key``, sending
-        it again answers the signal it made.
+        A ``signal`` step waiting for that name takes it at once (``state`` ``delivered``,
+        ``step`` the execution's key); otherwise it is kept ``pending``, and the next
+        ``signal`` step of that name takes it (the oldest first). A paused instance takes
+        signals too and follows them when resumed. With an ``idempotency_key``, the same name
+        and payload again answer the first signal and change nothing, also once the instance
+        has finished; another name or payload raises
+        :class:`~orbit_sdk.IdempotencyConflictError`. A ``succeeded``, ``failed`` or
+        ``cancelled`` instance raises :class:`~orbit_sdk.StateConflictError`; a step the
+        signal lets the instance enter whose task would overfill its queue raises
+        :class:`~orbit_sdk.QueueFullError`, and the signal is not recorded.
         """
         operation = workflow_signal(workflow_id, name, payload, idempotency_key=idempotency_key)
         return self._run(operation)
 
     def pause_workflow(self, workflow_id: str, reason: str | None = None) -> WorkflowInstance:
-        """``POST /v1/workflows/{id}/pause``: started tasks finish, nothing new starts and
-        due waits are held until :meth:`resume_workflow`."""
+        """``POST /v1/workflows/{id}/pause``: hold the instance until
+        :meth:`resume_workflow`.
+
+        Its started tasks run to their end and their outcomes are recorded; its tasks not yet
+        started are not handed to workers; nothing is followed, and waits that come due are
+        held (they fire on resume). Pausing a paused instance changes nothing; a
+        ``succeeded``, ``failed`` or ``cancelled`` one raises
+        :class:`~orbit_sdk.StateConflictError`.
+        """
         return self._run(workflow_pause(workflow_id, reason))
 
     def resume_workflow(self, workflow_id: str, reason: str | None = None) -> WorkflowInstance:
-        """``POST /v1/workflows/{id}/resume``: follow what happened while paused, re-arm
-        the waits."""
+        """``POST /v1/workflows/{id}/resume``: go on from what was recorded while paused, in
+        the same call, and re-arm the waits (those due meanwhile fire at once). An instance
+        that is not ``paused`` raises :class:`~orbit_sdk.StateConflictError`. Like the other
+        calls that move an instance on (signal, retry, skip), it raises
+        :class:`~orbit_sdk.QueueFullError` and changes nothing when a task it would create
+        meets a full queue."""
         return self._run(workflow_resume(workflow_id, reason))
 
     def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> WorkflowInstance:
-        """``POST /v1/workflows/{id}/cancel``: the instance ends ``cancelled`` and its active
-        step tasks are cancelled."""
+        """``POST /v1/workflows/{id}/cancel``: the instance ends ``cancelled``, its active
+        step executions are cancelled, and so are their pending and running tasks (a running
+        one is asked to stop). Cancelling a cancelled instance changes nothing; a
+        ``succeeded`` or ``failed`` one raises :class:`~orbit_sdk.StateConflictError`."""
         return self._run(workflow_cancel(workflow_id, reason))
 
     def retry_workflow_step(self, workflow_id: str, key: str) -> WorkflowInstance:
-        """``POST /v1/workflows/{id}/steps/{key}/retry``: run a failed or ``needs_review``
-        step execution again. ``key`` is the execution's key (``charge``, ``charge:2``)."""
+        """``POST /v1/workflows/{id}/steps/{key}/retry``: run the failed step that ended the
+        instance again, with a new task; the instance is ``running`` again.
+
+        ``key`` is that execution's key (the instance's ``error.step``: ``charge``,
+        ``charge:2``). Only a ``task`` step outside parallel branches, maps and polls can be
+        retried; any other execution raises :class:`~orbit_sdk.StateConflictError`, and so
+        does a step in ``needs_review``: decide it with :meth:`resolve_workflow_step`, or run
+        its task again with :meth:`retry_task` (``step.task_id``).
+        """
         return self._run(workflow_step_retry(workflow_id, key))
 
     def skip_workflow_step(
         self, workflow_id: str, key: str, output: Any = None
     ) -> WorkflowInstance:
-        """``POST /v1/workflows/{id}/steps/{key}/skip``: mark the step execution ``skipped``
-        with ``output`` as its output, and go on."""
+        """``POST /v1/workflows/{id}/steps/{key}/skip``: end the step execution ``skipped``
+        with ``output`` as its output, and go on as if it had succeeded with it.
+
+        It takes an active execution (``pending``, ``running``, ``waiting``,
+        ``needs_review``) of an instance that has not finished, or the failed top-level step
+        that ended a ``failed`` instance, which then runs again. A pending or running task of
+        the step is cancelled (one in ``needs_review`` stays there), and so is the work inside
+        a ``parallel``, ``map`` or ``poll``. Map items and poll rounds cannot be skipped (skip
+        their step), nor can ended executions: :class:`~orbit_sdk.StateConflictError`.
+        """
         return self._run(workflow_step_skip(workflow_id, key, output))
 
     def resolve_workflow_step(
@@ -274,11 +320,15 @@ class WorkflowCalls(Calls):
         output: Any = None,
         error: WorkflowError | Mapping[str, Any] | None = None,
     ) -> WorkflowInstance:
-        """``POST /v1/workflows/{id}/steps/{key}/resolve``: decide a ``needs_review`` step.
+        """``POST /v1/workflows/{id}/steps/{key}/resolve``: decide a ``needs_review`` step
+        execution (a map item or a poll round too).
 
-        ``"succeeded"`` takes an ``output``; ``"failed"`` takes an ``error``
-        (:class:`~orbit_sdk.WorkflowError` or ``{"code", "message"}``), and the step's
-        ``on_failure`` applies.
+        ``"succeeded"`` takes an ``output``: the task's result, which the step's ``output``
+        expression maps; ``"failed"`` takes an ``error`` (:class:`~orbit_sdk.WorkflowError`
+        or ``{"code", "message"}``), and the step's ``on_failure`` applies. The step's task is
+        resolved; the instance moves on when Orbit handles that result, usually within
+        milliseconds, so the answer may still show the step in ``needs_review``. An execution
+        that is not in ``needs_review`` raises :class:`~orbit_sdk.StateConflictError`.
         """
         return self._run(workflow_step_resolve(workflow_id, key, outcome, output, error))
 
@@ -291,7 +341,8 @@ class AsyncWorkflowCalls(AsyncCalls):
         return await self._run(workflow_definition_publish(definition))
 
     async def get_workflow_definition(self, name: str, version: str) -> WorkflowDefinition:
-        """``GET /v1/workflow-definitions/{name}/versions/{version}``."""
+        """``GET /v1/workflow-definitions/{name}/versions/{version}``; see
+        :meth:`Client.get_workflow_definition`."""
         return await self._run(workflow_definition_get(name, version))
 
     async def list_workflow_definitions(
@@ -327,7 +378,7 @@ class AsyncWorkflowCalls(AsyncCalls):
         return await self._run(operation)
 
     async def get_workflow(self, workflow_id: str) -> WorkflowInstance:
-        """``GET /v1/workflows/{id}``."""
+        """``GET /v1/workflows/{id}``; see :meth:`Client.get_workflow`."""
         return await self._run(workflow_get(workflow_id))
 
     async def wait_for_workflow(
@@ -379,7 +430,8 @@ class AsyncWorkflowCalls(AsyncCalls):
     async def workflow_steps(
         self, workflow_id: str, *, limit: int | None = None, cursor: str | None = None
     ) -> WorkflowStepPage:
-        """``GET /v1/workflows/{id}/steps``: one page of step executions."""
+        """``GET /v1/workflows/{id}/steps``: one page of step executions; see
+        :meth:`Client.workflow_steps`."""
         return await self._run(workflow_step_list(workflow_id, limit=limit, cursor=cursor))
 
     async def iter_workflow_steps(
@@ -413,7 +465,7 @@ class AsyncWorkflowCalls(AsyncCalls):
     async def resume_workflow(
         self, workflow_id: str, reason: str | None = None
     ) -> WorkflowInstance:
-        """``POST /v1/workflows/{id}/resume``."""
+        """``POST /v1/workflows/{id}/resume``; see :meth:`Client.resume_workflow`."""
         return await self._run(workflow_resume(workflow_id, reason))
 
     async def cancel_workflow(
@@ -423,13 +475,15 @@ class AsyncWorkflowCalls(AsyncCalls):
         return await self._run(workflow_cancel(workflow_id, reason))
 
     async def retry_workflow_step(self, workflow_id: str, key: str) -> WorkflowInstance:
-        """``POST /v1/workflows/{id}/steps/{key}/retry``."""
+        """``POST /v1/workflows/{id}/steps/{key}/retry``; see
+        :meth:`Client.retry_workflow_step`."""
         return await self._run(workflow_step_retry(workflow_id, key))
 
     async def skip_workflow_step(
         self, workflow_id: str, key: str, output: Any = None
     ) -> WorkflowInstance:
-        """``POST /v1/workflows/{id}/steps/{key}/skip``."""
+        """``POST /v1/workflows/{id}/steps/{key}/skip``; see
+        :meth:`Client.skip_workflow_step`."""
         return await self._run(workflow_step_skip(workflow_id, key, output))
 
     async def resolve_workflow_step(

@@ -120,6 +120,9 @@ async def test_a_builder_made_workflow_publishes_starts_signals_and_finishes(
         ("done", "succeeded"),
     ]  # fmt: skip
     assert steps[2].output == {"by": "ana"}
+    assert [(s.key, s.branch, s.parent) for s in steps if s.parent is not None] == [
+        ("print", "label", "ship"), ("mail", "mail", "ship"),
+    ]  # fmt: skip
     page = await sdk.workflow_steps(run.id, limit=3)
     assert [s.key for s in page.items] == ["charge", "route", "approve"] and page.next_cursor
     assert (await sdk.wait_for_workflow(run.id, timeout=0)) == done
@@ -226,11 +229,12 @@ async def test_retry_skip_and_resolve_by_step_key(
     assert (decided["succeeded"].state, decided["succeeded"].output) == ("succeeded", ["ok"])
     lost = decided["failed"]
     assert lost.state == "failed" and lost.error is not None
-    assert (lost.error.code, lost.error.message, lost.error.step) == (
-        "declined", "the bank said no", "each:i0",
+    assert (lost.error.code, lost.error.message, lost.error.step, lost.error.cause) == (
+        "declined", "the bank said no", "each", "each:i0",
     )  # fmt: skip
     item = [s async for s in sdk.iter_workflow_steps(lost.id) if s.key == "each:i0"]
-    assert item[0].item == 0 and item[0].error is not None and item[0].error.code == "declined"
+    assert (item[0].item, item[0].parent, item[0].branch, item[0].type) == (0, "each", None, "task")
+    assert item[0].error is not None and item[0].error.code == "declined"
 
 
 async def test_errors_map_to_the_sdk_classes_with_details(sdk: AsyncClient, node: Node) -> None:

@@ -388,7 +388,7 @@ async def test_an_empty_map_succeeds_at_once_and_a_failing_item_fails_the_map(no
     await settle(node)
     failed = await get(node, wf.id)
     assert failed.state == "failed" and failed.error is not None
-    assert failed.error["step"] == "each:i0"
+    assert (failed.error["step"], failed.error["cause"]) == ("each", "each:i0")
     assert Counter((await task_states(node, wf.id)).values()) == Counter(
         {"failed": 1, "cancelled": 1}
     )
@@ -853,3 +853,17 @@ async def test_finished_instances_are_forgotten_after_the_retention_in_bounded_p
     assert (await get(node, running.id)).state == "running"
     with pytest.raises(NotFound):
         await node.gates.get(SCOPE, old.gate_id)
+
+
+async def test_a_succeed_steps_own_output_wins_over_the_definitions(node: Node) -> None:
+    steps_ = [
+        {"id": "route", "kind": "choice", "default": "plain",
+         "choices": [{"when": "input.own", "next": "mine"}]},
+        {"id": "mine", "kind": "succeed", "output": "'from the step'"},
+        {"id": "plain", "kind": "succeed"},
+    ]  # fmt: skip
+    await publish(node, body("out", steps_, output="'from the definition'"))
+    own = await start(node, "out", {"own": True})
+    plain = await start(node, "out", {"own": False})
+    assert (await get(node, own.id)).output == "from the step"
+    assert (await get(node, plain.id)).output == "from the definition"

@@ -225,6 +225,8 @@ class Advance:
             for branch in step.branches:
                 first = self.definition.starts[(step.id, branch.name)]
                 await self.enter(first, parent_key=row.key, branch=branch.name, prev=row.input)
+                if self.rows[row.key].state != StepState.RUNNING or self.finished:
+                    break  # a branch failed as it began: the others do not start
         elif isinstance(step, MapStep):
             await self._begin_map(row, step)
         elif isinstance(step, TimerStep):
@@ -509,13 +511,23 @@ class Advance:
                 decided.step, parent_key=row.parent_key, branch=row.branch, prev=row.output
             )
         elif isinstance(decided, ListEnd) or isinstance(step, SucceedStep):
-            await self._list_ended(row.parent_key, row.branch, row.output)
+            own = isinstance(step, SucceedStep) and step.output is not None
+            await self._list_ended(row.parent_key, row.branch, row.output, own=own)
         elif isinstance(decided, Failure):
-            await self._fail_list(row.parent_key, decided.error)
+            error = decided.error
+            if row.parent_key is None and error.get("step") != row.key:
+                # The instance's error names its top-level step (which retry or skip take),
+                # and the execution inside it that failed first.
+                error = {**error, "step": row.key, "cause": error.get("step")}
+            await self._fail_list(row.parent_key, error)
 
-    async def _list_ended(self, parent_key: str | None, branch: str | None, output: Any) -> None:
+    async def _list_ended(
+        self, parent_key: str | None, branch: str | None, output: Any, *, own: bool = False
+    ) -> None:
+        """A step list ran out, or a ``succeed`` step ended it (``own``: with its own output,
+        which the definition's ``output`` does not replace)."""
         if parent_key is None:
-            expression = self.definition.expr("", "output")
+            expression = None if own else self.definition.expr("", "output")
             try:
                 final = output if expression is None else expression.evaluate(self.data())
             except ExpressionFailed as exc:

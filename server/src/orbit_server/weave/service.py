@@ -42,6 +42,7 @@ from orbit_server.weave.definition import (
     parse,
 )
 from orbit_server.weave.engine import ACTIVE, FINISHED, StepState, WorkflowState
+from orbit_server.weave.expr import ExpressionFailed
 
 T = TypeVar("T")
 CACHE_SIZE = 256
@@ -348,7 +349,7 @@ class WorkflowService:
             definition = await self.definitions.load(
                 tx, scope, workflow.definition, workflow.version
             )
-            rows = await store.workflow_steps_list(tx, workflow_id, after=0, limit=MAX_STEPS_SHOWN)
+            rows = await store.workflow_steps_main(tx, workflow_id, limit=MAX_STEPS_SHOWN)
             active = await store.workflow_steps_in_states(
                 tx, workflow_id, [StepState.WAITING, StepState.PENDING]
             )
@@ -583,7 +584,10 @@ class WorkflowService:
                     "skip it with an output instead"
                 )
             _reopen(advance)
-            advance.new_task_for(advance.put(row, error=None, ended_at=None, followed=False))
+            try:
+                advance.new_task_for(advance.put(row, error=None, ended_at=None, followed=False))
+            except ExpressionFailed as exc:
+                raise StateConflict(f"the step's task cannot be made: {exc}") from None
 
         _, workflow = await self.run_locked(
             scope, workflow_id, act, actor=actor, action="workflow.step.retry",
