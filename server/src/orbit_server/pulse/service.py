@@ -414,10 +414,18 @@ class TaskService:
             self._watch.notify_cancel_requested(task.id, task.cancel_reason)
 
     async def cancel_in(
-        self, tx: Tx, scope: Scope, task_id: str, *, reason: str | None, actor: Actor
+        self,
+        tx: Tx,
+        scope: Scope,
+        task_id: str,
+        *,
+        reason: str | None,
+        actor: Actor,
+        audit: bool = True,
     ) -> TaskRecord:
         """:meth:`cancel` in the caller's transaction (a workflow's cancel); after the commit,
-        the caller passes the answer to :meth:`after_cancel`."""
+        the caller passes the answer to :meth:`after_cancel`. ``audit`` False: background work
+        (which the audit log leaves out) or a change its caller audits."""
         now = self._clock.now()
         seen = await store.task_get(tx, scope, task_id)
         if seen is None:
@@ -448,15 +456,11 @@ class TaskService:
                     ended_at=now,
                 )  # fmt: skip
             await emit_result(tx, task, decision.after, now)
-        await self._audit.record(
-            tx,
-            scope=scope,
-            actor=actor,
-            action="task.cancel",
-            target_kind="task",
-            target_id=task.id,
-            details={"state_before": str(state), "reason": reason},
-        )
+        if audit:
+            await self._audit.record(
+                tx, scope=scope, actor=actor, action="task.cancel", target_kind="task",
+                target_id=task.id, details={"state_before": str(state), "reason": reason},
+            )  # fmt: skip
         refreshed = await store.task_get(tx, scope, task.id)
         assert refreshed is not None
         return refreshed
@@ -576,6 +580,17 @@ class TaskService:
     async def read_in(tx: Tx, scope: Scope, task_id: str) -> TaskRecord | None:
         """One task of the scope, read in the caller's transaction."""
         return await store.task_get(tx, scope, task_id)
+
+    @staticmethod
+    async def room_in(tx: Tx, scope: Scope, queues: Sequence[str]) -> dict[str, int]:
+        """How many more waiting tasks each of ``queues`` takes now (only those with a
+        ``max_pending``): a caller that met ``QueueFull`` creates what fits."""
+        room = {}
+        for name in sorted(set(queues)):
+            queue = await store.queue_get(tx, scope, name)
+            if queue is not None and queue.max_pending is not None:
+                room[name] = max(0, queue.max_pending - queue.pending)
+        return room
 
     @staticmethod
     async def read_many_in(tx: Tx, task_ids: Sequence[str]) -> list[TaskRecord]:

@@ -361,6 +361,21 @@ async def workflow_step_items(tx: Tx, workflow_id: str, key: str) -> list[Any]:
     return items if isinstance(items, list) else []
 
 
+async def workflow_step_set_items(tx: Tx, workflow_id: str, key: str, items: list[Any]) -> None:
+    """Store a map's items on its existing row (a map begun after waiting)."""
+    await tx.execute(
+        "workflow_step_set_items",
+        {"workflow_id": workflow_id, "step_key": key, "items": _json(items)},
+    )
+
+
+async def workflow_steps_unfollowed(tx: Tx, workflow_id: str) -> list[StepRecord]:
+    """Ended executions not followed yet (recorded while the instance was paused), in the
+    order they began."""
+    rows = await tx.fetch_all("workflow_steps_unfollowed", {"workflow_id": workflow_id})
+    return sorted((_step(r) for r in rows), key=lambda r: r.seq)
+
+
 async def workflow_step_update(tx: Tx, step: StepRecord) -> None:
     """Write the changeable columns of a step execution."""
     params = _step_params(step)

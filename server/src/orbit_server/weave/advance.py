@@ -109,8 +109,10 @@ class Advance:
         self.new_instance = False  # its row is inserted by the flush (a start)
         self.was_finished = workflow.state in FINISHED  # as it was locked
         self.max_params_bytes = max_params_bytes
-        # Set when the instance's new tasks met a full queue: they wait, pending, instead.
+        # Set when the instance's new tasks met a full queue: those that do not fit in
+        # ``room`` (free places by queue) wait, pending, instead.
         self.defer_tasks = False
+        self.room: dict[str, int] = {}
 
     # -- reading and writing rows -------------------------------------------------------------
 
@@ -269,13 +271,17 @@ class Advance:
             owner=Owner("workflow", self.wf.id, row.key), gate_id=self.wf.gate_id,
             max_params_bytes=self.max_params_bytes,
         )  # fmt: skip
-        if self.defer_tasks:  # its queue is full: the wait loop tries again in a second
+        if self.defer_tasks and self.room.get(spec.queue, 1) <= 0:
+            # Its queue is full: the execution waits, and the wait loop tries again.
             due = self.now + DEFER
             self.put(row, state=StepState.PENDING, due_at=due, wake_at=due)
             return
+        if spec.queue in self.room:
+            self.room[spec.queue] -= 1
         task = self._tasks.build(self.wf.scope, [spec], self.now)[0]
         self._new_tasks.append(task)
-        self.put(row, state=StepState.RUNNING, task_id=task.id, tries=row.tries + 1)
+        self.put(row, state=StepState.RUNNING, task_id=task.id, tries=row.tries + 1, due_at=None,
+                 wake_at=None)  # fmt: skip
 
     async def _begin_signal(self, row: StepRecord, step: SignalStep) -> None:
         signal = await store.workflow_signal_oldest_pending(self.tx, self.wf.id, step.name)
@@ -316,6 +322,8 @@ class Advance:
             await self.complete(row, Outcome.SUCCEEDED, output=[])
             return
         self._items[row.key] = items
+        if row.key not in self._new:  # begun after a wait: its row exists, without items
+            await store.workflow_step_set_items(self.tx, self.wf.id, row.key, items)
         progress = {"total": len(items), "created": 0, "started": 0, "done": 0}
         row = self.put(row, state=StepState.RUNNING, progress=progress)
         await self.refill(row)
@@ -494,17 +502,19 @@ class Advance:
         if self.finished:
             return
         row = self.put(row, followed=True)
-        outcome = _outcome_of(row)
-        if row.parent_key is not None and (row.item is not None or row.round is not None):
+        step = self.definition.steps[row.step]
+        outcome = _outcome_of(row, step)
+        if row.parent_key is not None:
             parent = await self.row(row.parent_key)
             if parent is None or parent.state not in (StepState.RUNNING, StepState.WAITING):
                 return  # the container ended meanwhile (failed, skipped, cancelled)
+        if row.parent_key is not None and (row.item is not None or row.round is not None):
+            assert parent is not None
             if row.item is not None:
                 await self._item_ended(parent, row, outcome)
             else:
                 await self._round_ended(parent, row, outcome)
             return
-        step = self.definition.steps[row.step]
         decided = engine.transition(step, outcome, row.error)
         if isinstance(decided, Goto):
             await self.enter(
@@ -583,18 +593,24 @@ class Advance:
         active = [r for r in self.rows.values() if r.state in ACTIVE]
         if under is not None:
             active = [r for r in active if self._descends(r, under)]
-        for row in sorted(active, key=lambda r: r.seq):
-            await self.cancel_task(row, reason=reason)
-            self.put(row, state=StepState.CANCELLED, ended_at=self.now, due_at=None,
+        for seen in sorted(active, key=lambda r: r.seq):
+            await self.cancel_task(seen, reason=reason)
+            current = self.rows[seen.key]  # as cancel_task left it
+            self.put(current, state=StepState.CANCELLED, ended_at=self.now, due_at=None,
                      wake_at=None, followed=True)  # fmt: skip
 
     async def cancel_task(self, row: StepRecord, *, reason: str) -> None:
         """Cancel the running execution's task through Pulse (a started one is asked to stop)."""
         if row.task_id is None or row.state != StepState.RUNNING:
             return
+        unborn = [t for t in self._new_tasks if t.id == row.task_id]
+        if unborn:  # made by this advancement and not written yet: it never exists
+            self._new_tasks.remove(unborn[0])
+            self.put(row, task_id=None)
+            return
         try:
             task = await self._tasks.cancel_in(
-                self.tx, self.wf.scope, row.task_id, reason=reason, actor=SYSTEM
+                self.tx, self.wf.scope, row.task_id, reason=reason, actor=SYSTEM, audit=False
             )
         except StateConflict:
             return  # it ended meanwhile; its result event finds the execution ended
@@ -680,12 +696,16 @@ def _kind(step: Step) -> str:
     return str(tag)
 
 
-def _outcome_of(row: StepRecord) -> Outcome:
+def _outcome_of(row: StepRecord, step: Step) -> Outcome:
+    """How an ended execution ended: a timeout and an exhaustion are their own step's (a
+    signal's, a poll's) and only when its own error says so — a task's error code proves
+    nothing."""
     if row.state in (StepState.SUCCEEDED, StepState.SKIPPED):
         return Outcome.SUCCEEDED
-    code = (row.error or {}).get("code")
-    if code == "signal_timeout":
+    error = row.error or {}
+    own = error.get("step") == row.key and row.item is None and row.round is None
+    if own and isinstance(step, SignalStep) and error.get("code") == "signal_timeout":
         return Outcome.TIMED_OUT
-    if code == "poll_exhausted":
+    if own and isinstance(step, PollStep) and error.get("code") == "poll_exhausted":
         return Outcome.EXHAUSTED
     return Outcome.FAILED

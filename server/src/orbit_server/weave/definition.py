@@ -215,6 +215,16 @@ class Definition:
     def version(self) -> str:
         return self.body.version
 
+    @property
+    def queues(self) -> frozenset[str]:
+        """Every queue the definition's tasks go to."""
+        found = set()
+        for step in self.steps.values():
+            fields = step if isinstance(step, TaskStep) else getattr(step, "task", None)
+            if isinstance(fields, TaskFields):
+                found.add(fields.queue)
+        return frozenset(found)
+
     def expr(self, owner: str, role: str) -> Expression | None:
         """The compiled expression of ``owner`` (a step id, or "" for the definition) in
         ``role`` (``params``, ``output``, ``when.0``, ...)."""

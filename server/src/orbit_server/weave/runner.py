@@ -33,7 +33,7 @@ from orbit_server.store.pulse import TaskEventRecord, TaskRecord
 from orbit_server.store.weave import StepRecord
 from orbit_server.weave.advance import Advance
 from orbit_server.weave.definition import MapStep, PollStep, SignalStep, TimerStep
-from orbit_server.weave.engine import Outcome, StepState, WorkflowState
+from orbit_server.weave.engine import Outcome, StepState
 from orbit_server.weave.service import WorkflowService
 
 log = structlog.get_logger("orbit.weave")
@@ -107,7 +107,7 @@ class Runner:
         except Exception:
             if len(workflow_ids) == 1:
                 log.exception("workflow advancement failed", workflow_id=workflow_ids[0])
-                return await run(workflow_ids, Mode.FAIL)
+                return await self._fail(workflow_ids, run)
         if len(workflow_ids) > 1:
             return sum([await self._isolated([i], run) for i in workflow_ids])
         try:
@@ -116,7 +116,22 @@ class Runner:
             raise
         except Exception:
             log.exception("workflow advancement failed", workflow_id=workflow_ids[0])
+        return await self._fail(workflow_ids, run)
+
+    @staticmethod
+    async def _fail(
+        workflow_ids: list[str], run: Callable[[list[str], Mode], Awaitable[int]]
+    ) -> int:
+        """The last way out for one instance; should even that fail, it is logged and its
+        work stays pending (other instances go on)."""
+        try:
             return await run(workflow_ids, Mode.FAIL)
+        except TransientError:
+            raise
+        except Exception:
+            log.exception("a workflow that cannot advance could not be failed either",
+                          workflow_id=workflow_ids[0])  # fmt: skip
+            return 0
 
     async def _consume(
         self, workflow_ids: list[str], events: list[TaskEventRecord], mode: Mode
@@ -133,6 +148,8 @@ class Runner:
             tasks.clear()
             tasks.update({t.id: t for t in await self._tasks.read_many_in(
                 tx, [e.task_id for e in fresh])})  # fmt: skip
+
+        async def locked(tx: Tx) -> None:  # the steps, read under their instances' locks
             keys = [(t.owner_id, t.owner_step) for t in tasks.values()
                     if t.owner_id is not None and t.owner_step is not None]  # fmt: skip
             rows.clear()
@@ -141,10 +158,7 @@ class Runner:
                              for r in await store.workflow_steps_get_many(tx, part)})  # fmt: skip
 
         async def act(advance: Advance) -> None:
-            if mode is Mode.FAIL:
-                await _fail(advance)
-                return
-            advance.defer_tasks = mode is Mode.DEFER
+            await self._prepare(advance, mode)
             for event in events:
                 if event.owner_id != advance.wf.id or event.id not in marked:
                     continue  # another instance's, or handled already (a duplicate, a node)
@@ -161,10 +175,27 @@ class Runner:
                     or row.state not in (StepState.RUNNING, StepState.NEEDS_REVIEW)
                 ):
                     continue  # a stale task: cancelled, skipped or retried since
+                if task.state != event.state:
+                    # The task moved on since (an operator retried it out of needs_review):
+                    # its next result event tells the outcome.
+                    if row.state == StepState.NEEDS_REVIEW and task.state not in ENDED_TASK:
+                        advance.put(row, state=StepState.RUNNING)
+                    continue
                 await advance.task_ended(row, task)
 
-        await self._workflows.run_batch(workflow_ids, act, before=before)
+        if mode is Mode.FAIL:
+            await self._workflows.fail_alone(workflow_ids[0], ADVANCEMENT_FAILED, before=before)
+            return len(marked)
+        await self._workflows.run_batch(workflow_ids, act, before=before, locked=locked)
         return len(marked)
+
+    async def _prepare(self, advance: Advance, mode: Mode) -> None:
+        """Alone after a full queue: create the tasks that fit, defer the rest."""
+        if mode is Mode.DEFER:
+            advance.defer_tasks = True
+            advance.room = await self._tasks.room_in(
+                advance.tx, advance.wf.scope, sorted(advance.definition.queues)
+            )
 
     # -- waits --------------------------------------------------------------------------------
 
@@ -183,14 +214,14 @@ class Runner:
 
         def run(part: list[str], mode: Mode) -> Awaitable[int]:
             async def act(advance: Advance) -> None:
-                if mode is Mode.FAIL:
-                    await _fail(advance)
-                    return
-                advance.defer_tasks = mode is Mode.DEFER
+                await self._prepare(advance, mode)
                 await _wake(advance, by_instance[advance.wf.id])
 
             async def batch() -> int:
-                await self._workflows.run_batch(part, act)
+                if mode is Mode.FAIL:
+                    await self._workflows.fail_alone(part[0], ADVANCEMENT_FAILED)
+                else:
+                    await self._workflows.run_batch(part, act)
                 return sum(len(by_instance[i]) for i in part)
 
             return batch()
@@ -212,14 +243,11 @@ class Mode(Enum):
     FAIL = "fail"  # alone, after an error no retry mends: the instance fails visibly
 
 
-async def _fail(advance: Advance) -> None:
-    if advance.finished:
-        return
-    error = {
-        "code": "advancement_failed",
-        "message": "the workflow could not advance (an internal error; the server log has it)",
-    }
-    await advance.finish(WorkflowState.FAILED, error=error)
+ADVANCEMENT_FAILED = {
+    "code": "advancement_failed",
+    "message": "the workflow could not advance (an internal error; the server log has it)",
+}
+ENDED_TASK = frozenset({"succeeded", "failed", "cancelled", "needs_review"})
 
 
 async def _wake(advance: Advance, keys: list[str]) -> None:
@@ -248,7 +276,7 @@ async def _wake(advance: Advance, keys: list[str]) -> None:
             await advance.complete(row, Outcome.TIMED_OUT, error=error)
         elif row.state == StepState.WAITING and isinstance(step, PollStep):
             await advance.next_round(row)
-        elif row.state == StepState.RUNNING and isinstance(step, MapStep):
+        elif row.state == StepState.RUNNING and isinstance(step, MapStep) and row.item is None:
             await advance.refill(advance.put(row, due_at=None, wake_at=None))
         else:
             advance.put(row, due_at=None, wake_at=None)
@@ -263,6 +291,10 @@ async def events_loop(runner: Runner, changed: asyncio.Event, *, interval_s: flo
             handled = await runner.consume()
         except TransientError as exc:
             log.warning("workflow events pass skipped", code=exc.code, reason=exc.message)
+            handled = 0
+            await asyncio.sleep(1.0)
+        except Exception:  # a bug must not stop every instance's advancement on this node
+            log.exception("workflow events pass failed")
             handled = 0
             await asyncio.sleep(1.0)
         if handled >= runner.batch:
@@ -285,6 +317,10 @@ async def waits_loop(
             next_wake = await runner.next_wake()
         except TransientError as exc:
             log.warning("workflow waits pass skipped", code=exc.code, reason=exc.message)
+            await asyncio.sleep(1.0)
+            continue
+        except Exception:  # a bug must not stop every instance's waits on this node
+            log.exception("workflow waits pass failed")
             await asyncio.sleep(1.0)
             continue
         wait_s = refresh_s

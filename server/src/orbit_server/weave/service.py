@@ -32,8 +32,9 @@ from orbit_server.pulse.service import TaskService
 from orbit_server.scope import Scope
 from orbit_server.store import Database, DuplicateKey, Tx
 from orbit_server.store import weave as store
+from orbit_server.store.pulse import TaskRecord
 from orbit_server.store.weave import DefinitionRecord, SignalRecord, StepRecord, WorkflowRecord
-from orbit_server.weave.advance import Advance, flush_all
+from orbit_server.weave.advance import SYSTEM, Advance, flush_all
 from orbit_server.weave.definition import (
     Definition,
     DefinitionError,
@@ -41,7 +42,7 @@ from orbit_server.weave.definition import (
     check_timeouts,
     parse,
 )
-from orbit_server.weave.engine import ACTIVE, FINISHED, StepState, WorkflowState
+from orbit_server.weave.engine import ACTIVE, ENDED, FINISHED, StepState, WorkflowState
 from orbit_server.weave.expr import ExpressionFailed
 
 T = TypeVar("T")
@@ -283,18 +284,22 @@ class WorkflowService:
         act: Callable[[Advance], Awaitable[None]],
         *,
         before: Callable[[Tx], Awaitable[None]] | None = None,
+        locked: Callable[[Tx], Awaitable[None]] | None = None,
     ) -> list[Advance]:
         """Advance several instances in one transaction (the result continuation's batches):
         ``before`` runs first (marking their events), then the instances are locked in id
-        order and ``act`` runs on each; the writes of all are batched. Instances that are
-        gone are passed over."""
+        order, ``locked`` runs (reading what the lock protects), and ``act`` runs on each;
+        the writes of all are batched. Instances that are gone are passed over."""
 
         async def unit(tx: Tx) -> list[Advance]:
             if before is not None:
                 await before(tx)
             now = self._clock.now()
             advances = []
-            for workflow in await store.workflows_lock_many(tx, workflow_ids):
+            instances = await store.workflows_lock_many(tx, workflow_ids)
+            if locked is not None:
+                await locked(tx)
+            for workflow in instances:
                 definition = await self.definitions.load(
                     tx, workflow.scope, workflow.definition, workflow.version
                 )
@@ -316,6 +321,49 @@ class WorkflowService:
         return Advance(
             tx, self._tasks, definition, workflow, now, max_params_bytes=self._max_params_bytes
         )
+
+    async def fail_alone(
+        self,
+        workflow_id: str,
+        error: dict[str, Any],
+        *,
+        before: Callable[[Tx], Awaitable[None]] | None = None,
+    ) -> None:
+        """End an instance ``failed`` without its definition (the way out for one that cannot
+        advance): its running step tasks are cancelled, its active executions too."""
+        cancelled: list[TaskRecord] = []
+
+        async def unit(tx: Tx) -> None:
+            cancelled.clear()
+            if before is not None:
+                await before(tx)
+            found = await store.workflows_lock_many(tx, [workflow_id])
+            if not found or found[0].state in FINISHED:
+                return
+            now = self._clock.now()
+            rows = await store.workflow_steps_in_states(tx, workflow_id, list(ACTIVE))
+            for row in rows:
+                if row.task_id is not None and row.state == StepState.RUNNING:
+                    with contextlib.suppress(StateConflict, NotFound):
+                        cancelled.append(await self._tasks.cancel_in(
+                            tx, found[0].scope, row.task_id, reason="the workflow failed",
+                            actor=SYSTEM, audit=False,
+                        ))  # fmt: skip
+            await store.workflow_steps_update_many(tx, [
+                replace(r, state=str(StepState.CANCELLED), ended_at=now, due_at=None,
+                        wake_at=None, followed=True, updated_at=now)
+                for r in rows
+            ])  # fmt: skip
+            await store.workflows_update_many(tx, [replace(
+                found[0], state=str(WorkflowState.FAILED), error=error, finished_at=now,
+                updated_at=now,
+            )])  # fmt: skip
+
+        await self._db.run(unit)
+        for task in cancelled:
+            self._tasks.after_cancel(task)
+        for event in self._finished.get(workflow_id, ()):
+            event.set()
 
     async def after(self, advance: Advance) -> None:
         """After a commit: announce new tasks, wake cancelled work and waiters."""
@@ -532,12 +580,10 @@ class WorkflowService:
             advance.changed = True
             advance.review_changed = True  # a step may wait for review: the state says so
             await store.workflow_steps_rearm(advance.tx, workflow_id)
-            ended = await store.workflow_steps_in_states(
-                advance.tx, workflow_id, [StepState.SUCCEEDED, StepState.FAILED, StepState.SKIPPED]
-            )
-            for row in ended:
-                if not row.followed:
-                    await advance.follow(advance.rows.setdefault(row.key, row))
+            for row in await store.workflow_steps_unfollowed(advance.tx, workflow_id):
+                current = advance.rows.setdefault(row.key, row)
+                if not current.followed and current.state in ENDED:  # not changed meanwhile
+                    await advance.follow(current)
 
         _, workflow = await self.run_locked(
             scope, workflow_id, act, actor=actor, action="workflow.resume",

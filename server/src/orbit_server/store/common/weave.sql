@@ -93,6 +93,18 @@ SELECT workflow_id, step_key, seq, step, kind, state, parent_key, branch, item, 
 -- name: workflow_step_items
 SELECT items FROM workflow_steps WHERE workflow_id = :workflow_id AND step_key = :step_key
 
+-- name: workflow_step_set_items
+UPDATE workflow_steps SET items = :items WHERE workflow_id = :workflow_id AND step_key = :step_key
+
+-- name: workflow_steps_unfollowed
+-- Executions that ended while their instance was paused (resume follows them).
+SELECT workflow_id, step_key, seq, step, kind, state, parent_key, branch, item, round, task_id,
+       tries, input, output, error, progress, followed, due_at, wake_at, started_at, ended_at,
+       updated_at
+  FROM workflow_steps
+ WHERE workflow_id = :workflow_id AND followed = 0
+   AND state IN ('succeeded', 'failed', 'skipped')
+
 -- name: workflow_step_update
 UPDATE workflow_steps
    SET state = :state, task_id = :task_id, tries = :tries, output = :output, error = :error,
