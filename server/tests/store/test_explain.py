@@ -4,13 +4,14 @@ a second SKIP LOCKED claimer see no rows while many are free)."""
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from orbit_server.clock import FakeClock
 from orbit_server.pulse.model import TaskSpec
+from orbit_server.pulse.worker import Session, Want
 from orbit_server.runtime.node import Node
 from orbit_server.store import Tx
 from tests.conftest import SCOPE
@@ -287,4 +288,69 @@ async def test_scheduler_queries_use_their_index_without_sorting(
         "last": clock.now(),
         **params,
     }
+    await assert_served_in_order(node, query, values, index)
+
+
+WEAVE_PLANS: dict[str, tuple[str, dict[str, Any]]] = {
+    # All of the scope's rows match: the primary key's order serves it as well.
+    "workflows_list": ("workflows_scope|PRIMARY", {"before": "~", "limit": 50}),
+    "workflows_list_by_definition": ("workflows_definition", {"before": "~", "limit": 50}),
+    "workflows_list_by_state": ("workflows_state", {"before": "~", "limit": 50}),
+    # Either filter's index serves it in order when it alone is as selective here.
+    "workflows_list_by_definition_state": (
+        "workflows_definition_state|workflows_definition|workflows_state",
+        {"before": "~", "limit": 50},
+    ),
+    "workflow_steps_list": ("PRIMARY|workflow_steps_order", {"after": 0, "limit": 50}),
+    "workflow_steps_main": ("workflow_steps_main", {"limit": 500}),
+    "workflow_step_outputs": ("workflow_steps_children|workflow_steps_main", {}),
+    "workflow_steps_due": ("workflow_steps_wake", {"limit": 500}),
+    "task_event_list_pending_owned": (
+        "task_events_owned",
+        {"owner_kind": "workflow", "after": "", "limit": 500},
+    ),
+    "workflow_signals_pending": ("workflow_signals_pending", {"limit": 100}),
+    "workflow_definitions_list": ("PRIMARY", {"after_name": "", "after_version": "", "limit": 50}),
+    "workflow_definition_latest_version": ("workflow_definitions_latest", {}),
+}
+
+
+@pytest.mark.parametrize("query", sorted(WEAVE_PLANS))
+async def test_weave_queries_use_their_index_without_sorting(node: Node, query: str) -> None:
+    if node.db.dialect != "mysql":
+        pytest.skip("the plans checked here are InnoDB's")
+    from orbit_server.audit import Actor
+
+    mapping = {"id": "each", "kind": "map", "items": "input.items", "max_concurrency": 100,
+               "task": {"queue": "wf", "type": "work"}, "next": "after"}  # fmt: skip
+    body = {"name": "plan", "version": "1",
+            "steps": [mapping, {"id": "after", "kind": "succeed"}]}  # fmt: skip
+    await node.workflows.publish(SCOPE, body, actor=Actor("t"))
+    quick = {"name": "quick", "version": "1", "steps": [{"id": "done", "kind": "succeed"}]}
+    await node.workflows.publish(SCOPE, quick, actor=Actor("t"))
+    ids = []
+    for _ in range(3):
+        seen, _ = await node.workflows.start(
+            SCOPE, "plan", version=None, input_={"items": list(range(300))}, idempotency_key=None
+        )
+        ids.append(seen.workflow.id)
+    waiting = {"name": "waiting", "version": "1",
+               "steps": [{"id": "t", "kind": "task", "queue": "other", "type": "t"}]}  # fmt: skip
+    await node.workflows.publish(SCOPE, waiting, actor=Actor("t"))
+    for i in range(150):  # other instances: finished at once, or running on
+        await node.workflows.start(SCOPE, "quick" if i % 3 else "waiting", version=None,
+                                   input_={}, idempotency_key=None)  # fmt: skip
+    # Result events: of the workflows' tasks, and (more) of plain tasks, none processed yet.
+    await node.tasks.submit_many(SCOPE, [TaskSpec(queue="wf", type="work") for _ in range(400)])
+    session = Session("sess_plan", "node-1", "worker-plan")
+    leases = await node.workers.claim(SCOPE, session, [Want("wf", "work", 1000)], limit=1000)
+    await node.workers.start_many([lease.ref for lease in leases])
+    for lease in leases:
+        await node.workers.complete(lease.ref, None)
+    index, params = WEAVE_PLANS[query]
+    values = {
+        "tenant": SCOPE.tenant, "environment": SCOPE.environment, "definition": "plan",
+        "state": "running", "workflow_id": ids[0], "parent_key": "each", "name": "plan",
+        "now": datetime(2100, 1, 1, tzinfo=UTC), **params,
+    }  # fmt: skip
     await assert_served_in_order(node, query, values, index)

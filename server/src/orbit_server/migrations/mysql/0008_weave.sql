@@ -69,7 +69,8 @@ CREATE TABLE IF NOT EXISTS workflow_steps (
   KEY workflow_steps_state (workflow_id, state),
   KEY workflow_steps_children (workflow_id, parent_key, item),
   KEY workflow_steps_wake (wake_at),
-  KEY workflow_steps_unfollowed (workflow_id, followed)
+  KEY workflow_steps_unfollowed (workflow_id, followed),
+  KEY workflow_steps_main (workflow_id, item, round, seq)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE IF NOT EXISTS workflow_signals (

@@ -74,6 +74,7 @@ CREATE INDEX IF NOT EXISTS workflow_steps_state ON workflow_steps (workflow_id, 
 CREATE INDEX IF NOT EXISTS workflow_steps_children ON workflow_steps (workflow_id, parent_key, item);
 CREATE INDEX IF NOT EXISTS workflow_steps_wake ON workflow_steps (wake_at);
 CREATE INDEX IF NOT EXISTS workflow_steps_unfollowed ON workflow_steps (workflow_id, followed);
+CREATE INDEX IF NOT EXISTS workflow_steps_main ON workflow_steps (workflow_id, item, round, seq);
 
 CREATE TABLE IF NOT EXISTS workflow_signals (
   id TEXT NOT NULL,

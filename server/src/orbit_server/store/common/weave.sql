@@ -121,7 +121,8 @@ SELECT workflow_id, step_key, seq, step, kind, state, parent_key, branch, item, 
  LIMIT :limit
 
 -- name: workflow_steps_main
--- The newest executions that are steps (not a map's items, not a poll's rounds).
+-- The newest executions that are steps (not a map's items, not a poll's rounds): the index
+-- (workflow_id, item, round, seq) reads them alone, past no item.
 SELECT workflow_id, step_key, seq, step, kind, state, parent_key, branch, item, round, task_id,
        tries, input, output, error, progress, followed, due_at, wake_at, started_at, ended_at,
        updated_at
