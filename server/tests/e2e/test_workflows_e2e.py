@@ -250,7 +250,8 @@ def test_a_server_killed_before_advancing_leaves_the_instance_to_advance_once(
 
 
 def writes_bound(metrics: str) -> tuple[int, int]:
-    """From /metrics: the advancements counted, and the smallest bucket holding them all."""
+    """From /metrics: the advancement transactions counted, and the smallest bucket holding
+    them all."""
     count = int(float(re.search(r"orbit_workflow_advancement_writes_count (\S+)", metrics)[1]))  # type: ignore[index]
     for bound, seen in re.findall(
         r'orbit_workflow_advancement_writes_bucket\{le="([0-9.]+)"\} (\S+)', metrics
@@ -282,8 +283,8 @@ def test_a_map_over_10000_items_completes_in_bounded_transactions(wf_cluster: Cl
     assert done.output == [i * i for i in range(10_000)]
     count, bound = writes_bound(metrics)
     print(
-        f"map of 10,000 items, max_concurrency 100: {elapsed:.1f} s; {count} advancements, "
-        f"each writing at most {bound} rows"
+        f"map of 10,000 items, max_concurrency 100: {elapsed:.1f} s; {count} advancement "
+        f"transactions, each writing at most {bound} rows"
     )
     assert bound <= 500  # the first batch: 100 item rows, 100 tasks and the map's row
 
