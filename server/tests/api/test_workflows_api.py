@@ -105,6 +105,34 @@ async def audit(http: httpx2.AsyncClient, node: Node, kind: str, target: str) ->
 # -- definitions ------------------------------------------------------------------------------
 
 
+async def test_a_definition_may_be_published_wrapped_as_it_reads_back(
+    http: httpx2.AsyncClient, operator: Auth
+) -> None:
+    inner = {"steps": [task("charge")], "description": "wrapped"}
+    wrapped = {"name": "wrapped", "version": "1", "definition": inner}
+    created = await http.post("/v1/workflow-definitions", json=wrapped, headers=operator)
+    assert created.status_code == 201, created.text
+    record = created.json()
+    assert record["definition"]["name"] == "wrapped" and record["definition"]["steps"]
+    # Publishing what was read back, or the body itself, is the same content again.
+    again = await http.post(
+        "/v1/workflow-definitions",
+        json={"name": "wrapped", "version": "1", "definition": record["definition"]},
+        headers=operator,
+    )
+    assert again.status_code == 200 and again.json()["digest"] == record["digest"]
+    flat = await http.post("/v1/workflow-definitions", json=record["definition"], headers=operator)
+    assert flat.status_code == 200
+    clash = {"name": "wrapped", "version": "2", "definition": record["definition"]}
+    refused = await http.post("/v1/workflow-definitions", json=clash, headers=operator)
+    assert_error(refused, 422, "definition_invalid", "protocol")
+    assert "version differs" in refused.json()["error"]["details"]["reasons"][0]
+    extra = await http.post(
+        "/v1/workflow-definitions", json={**wrapped, "labels": {}}, headers=operator
+    )
+    assert_error(extra, 422, "definition_invalid", "protocol")
+
+
 async def test_publish_answers_201_then_200_for_the_same_content_and_409_for_other(
     http: httpx2.AsyncClient, node: Node, operator: Auth, clock: FakeClock
 ) -> None:

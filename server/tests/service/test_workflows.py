@@ -867,3 +867,15 @@ async def test_a_succeed_steps_own_output_wins_over_the_definitions(node: Node) 
     plain = await start(node, "out", {"own": False})
     assert (await get(node, own.id)).output == "from the step"
     assert (await get(node, plain.id)).output == "from the definition"
+
+
+async def test_resume_wakes_the_dispatch_of_the_queues_its_tasks_wait_in(node: Node) -> None:
+    await publish(node, body("held", [task("a")]))
+    wf = await start(node, "held", {})
+    await node.workflows.pause(SCOPE, wf.id, reason=None, actor=ACTOR)
+    woken = node.watch.queue_event(SCOPE, "wf")  # as a dispatch loop of the queue holds it
+    woken.clear()
+    node.watch.take_work(SCOPE, "wf")
+    await node.workflows.resume(SCOPE, wf.id, reason=None, actor=ACTOR)
+    assert woken.is_set() and node.watch.take_work(SCOPE, "wf")
+    assert await work(node) == [{}]

@@ -139,6 +139,12 @@ class TaskService:
             if item.created:
                 self._watch.notify(item.task.id)
 
+    def wake_queues(self, scope: Scope, queues: Sequence[str]) -> None:
+        """After a commit that made tasks of these queues claimable without creating them (a
+        gate reopened): wake the node's dispatch for them at once."""
+        for queue in queues:
+            self._watch.notify_queue(scope, queue, work=True)
+
     def _reserve(
         self, scope: Scope, tasks: Sequence[TaskRecord], now: datetime
     ) -> Reservation | None:

@@ -107,6 +107,7 @@ class Advance:
         self.review_changed = False  # a step entered or left needs_review
         self.audit = False  # audit an operator's call that changed no row of its own
         self.new_instance = False  # its row is inserted by the flush (a start)
+        self.wake_queues: set[str] = set()  # queues whose tasks the commit made claimable
         self.was_finished = workflow.state in FINISHED  # as it was locked
         self.max_params_bytes = max_params_bytes
         # Set when the instance's new tasks met a full queue: those that do not fit in

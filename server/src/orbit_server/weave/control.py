@@ -73,6 +73,7 @@ class Control:
             if not advance.paused:
                 raise StateConflict(f"a {advance.wf.state} workflow cannot be resumed")
             await self._gates.set_open_in(advance.tx, scope, advance.wf.gate_id, open_=True)
+            advance.wake_queues |= advance.definition.queues  # held tasks are claimable again
             advance.wf = replace(
                 advance.wf, state=str(WorkflowState.RUNNING),
                 control_version=advance.wf.control_version + 1,

@@ -371,6 +371,7 @@ class WorkflowService(Control):
     async def after(self, advance: Advance) -> None:
         """After a commit: announce new tasks, wake cancelled work and waiters."""
         await self._tasks.announce(advance.wf.scope, advance.submitted, advance.notes)
+        self._tasks.wake_queues(advance.wf.scope, sorted(advance.wake_queues))
         for task in advance.cancelled:
             self._tasks.after_cancel(task)
         self.changed.set()

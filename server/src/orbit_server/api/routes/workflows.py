@@ -27,7 +27,7 @@ from orbit_server.api.wire_workflows import (
     WorkflowList,
     WorkflowStart,
 )
-from orbit_server.errors import InvalidRequest
+from orbit_server.errors import DefinitionInvalid, InvalidRequest
 from orbit_server.governance.keys import Role
 from orbit_server.weave.engine import WorkflowState
 
@@ -49,8 +49,34 @@ async def publish_definition(
     data: JSONBody[dict[str, Any]], principal: PrincipalDep, node: NodeDep
 ) -> Response[WorkflowDefinition]:
     principal.require(*OPERATORS)
-    record, created = await node.workflows.publish(principal.scope, data, actor=actor_of(principal))
+    record, created = await node.workflows.publish(
+        principal.scope, unwrapped(data), actor=actor_of(principal)
+    )
     return Response(WorkflowDefinition.full(record), status_code=201 if created else 200)
+
+
+def unwrapped(data: dict[str, Any]) -> dict[str, Any]:
+    """The definition body: as the builder emits it, or wrapped the way a definition is read
+    back (``{"name", "version", "definition": {...}}``)."""
+    inner = data.get("definition")
+    if not isinstance(inner, dict) or "steps" in data:
+        return data
+    extra = set(data) - {"name", "version", "definition"}
+    if extra:
+        raise DefinitionInvalid(
+            "the workflow definition is not valid",
+            details={"reasons": [f"unknown field {sorted(extra)[0]!r} beside 'definition'"]},
+        )
+    body = dict(inner)
+    for field in ("name", "version"):
+        if field in data:
+            if field in body and body[field] != data[field]:
+                raise DefinitionInvalid(
+                    "the workflow definition is not valid",
+                    details={"reasons": [f"{field} differs inside and outside 'definition'"]},
+                )
+            body[field] = data[field]
+    return body
 
 
 @get("/v1/workflow-definitions", summary="Definition versions by name", tags=["workflows"])
