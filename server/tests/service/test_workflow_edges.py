@@ -280,3 +280,16 @@ async def test_background_cancels_write_no_audit_records(node: Node) -> None:
     await settle(node)
     records = await node.audit.list(SCOPE, limit=50)
     assert "task.cancel" not in [r.action for r in records]
+
+
+async def test_maps_of_two_instances_begun_in_one_batch_keep_their_own_items(node: Node) -> None:
+    await publish(node, body("twomaps", [task("a", next="each"),
+        {"id": "each", "kind": "map", "items": "input.items", "max_concurrency": 150,
+         "task": {"queue": "wf", "type": "item", "params": "item"}}]))  # fmt: skip
+    first = await start(node, "twomaps", {"items": list(range(150))})
+    second = await start(node, "twomaps", {"items": list(range(1000, 1150))})
+    assert len(await work(node)) == 2  # both results are handled in one transaction
+    await settle(node)
+    assert await run(node, type_="item") == 300
+    assert (await get(node, first.id)).output == list(range(150))
+    assert (await get(node, second.id)).output == list(range(1000, 1150))

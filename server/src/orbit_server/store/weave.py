@@ -326,15 +326,17 @@ def _step_params(s: StepRecord) -> dict[str, Any]:
 
 
 async def workflow_steps_insert(
-    tx: Tx, steps: Sequence[StepRecord], items: dict[str, Any] | None = None
+    tx: Tx, steps: Sequence[StepRecord], items: dict[tuple[str, str], Any] | None = None
 ) -> None:
-    """New step executions in one statement; ``items`` gives a map step's item list by key."""
+    """New step executions in one statement; ``items`` gives a map step's item list by
+    (instance, key)."""
     if not steps:
         return
     rows = []
     for s in steps:
         params = _step_params(s)
-        params["items"] = _json(items.get(s.key)) if items and s.key in items else None
+        found = None if items is None else items.get((s.workflow_id, s.key))
+        params["items"] = None if found is None else _json(found)
         rows.append(params)
     await tx.execute_many("workflow_step_insert", rows)
 

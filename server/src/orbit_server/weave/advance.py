@@ -638,11 +638,11 @@ class Advance:
 async def _write_rows(tx: Tx, advances: Sequence[Advance]) -> None:
     """New step executions of all ``advances`` in one statement, changed ones by key."""
     new: list[StepRecord] = []
-    items: dict[str, Any] = {}
+    items: dict[tuple[str, str], Any] = {}  # by instance too: keys repeat across instances
     for advance in advances:
         advance.writes += len(advance._new) + len(advance._dirty)
         new += [advance.rows[k] for k in advance._new]
-        items.update(advance._items)
+        items.update({(advance.wf.id, k): v for k, v in advance._items.items()})
     for part in chunks(new, 500):
         await store.workflow_steps_insert(tx, part, items)
     changed = [a.rows[k] for a in advances for k in sorted(a._dirty)]
