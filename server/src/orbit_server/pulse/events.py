@@ -33,13 +33,10 @@ class EventConsumer:
         """Pending events of tasks owned by ``owner_kind``, oldest first."""
         return await store.task_event_list_pending_owned(tx, owner_kind, limit=limit)
 
-    async def mark_in(self, tx: Tx, event: TaskEventRecord) -> bool:
-        """Mark ``event`` processed in the caller's transaction, which handles it; False when
-        it was processed already (the caller then handles nothing)."""
-        return await store.task_event_mark_processed(tx, event.id, self._clock.now())
-
     async def mark_many_in(self, tx: Tx, events: list[TaskEventRecord]) -> set[str]:
-        """:meth:`mark_in` for several events in two statements; answers the ids marked."""
+        """Mark ``events`` processed in the caller's transaction, which handles them, in two
+        statements; answers the ids marked (the others were processed already: the caller
+        handles nothing for them)."""
         return await store.task_events_mark_processed_many(
             tx, [e.id for e in events], self._clock.now()
         )

@@ -583,11 +583,6 @@ class TaskService:
         return resolved
 
     @staticmethod
-    async def read_in(tx: Tx, scope: Scope, task_id: str) -> TaskRecord | None:
-        """One task of the scope, read in the caller's transaction."""
-        return await store.task_get(tx, scope, task_id)
-
-    @staticmethod
     async def room_in(tx: Tx, scope: Scope, queues: Sequence[str]) -> dict[str, int]:
         """How many more waiting tasks each of ``queues`` takes now (only those with a
         ``max_pending``): a caller that met ``QueueFull`` creates what fits."""

@@ -186,18 +186,8 @@ async def workflow_get_by_idempotency_key(tx: Tx, scope: Scope, key: str) -> Wor
     return None if row is None else _workflow(row)
 
 
-async def workflow_update(tx: Tx, workflow: WorkflowRecord) -> None:
-    """Write the changeable columns of an instance (by id)."""
-    params = _workflow_params(workflow)
-    await tx.execute(
-        "workflow_update",
-        {k: params[k] for k in ("id", "state", "output", "error", "context", "control_version",
-                                "updated_at", "finished_at")},
-    )  # fmt: skip
-
-
 async def workflows_update_many(tx: Tx, workflows: Sequence[WorkflowRecord]) -> None:
-    """:func:`workflow_update` for several instances: one statement on MySQL/MariaDB."""
+    """Write the changeable columns of instances (by id): one statement on MySQL/MariaDB."""
     if not workflows:
         return
     if tx.dialect != "mysql":
@@ -378,19 +368,9 @@ async def workflow_steps_unfollowed(tx: Tx, workflow_id: str) -> list[StepRecord
     return sorted((_step(r) for r in rows), key=lambda r: r.seq)
 
 
-async def workflow_step_update(tx: Tx, step: StepRecord) -> None:
-    """Write the changeable columns of a step execution."""
-    params = _step_params(step)
-    await tx.execute(
-        "workflow_step_update",
-        {k: params[k] for k in ("workflow_id", "step_key", "state", "task_id", "tries", "output",
-                                "error", "progress", "followed", "due_at", "wake_at",
-                                "ended_at", "updated_at")},
-    )  # fmt: skip
-
-
 async def workflow_steps_update_many(tx: Tx, steps: Sequence[StepRecord]) -> None:
-    """:func:`workflow_step_update` for several executions: one statement on MySQL/MariaDB."""
+    """Write the changeable columns of step executions (by key): one statement on
+    MySQL/MariaDB."""
     if not steps:
         return
     if tx.dialect != "mysql":

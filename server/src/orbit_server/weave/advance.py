@@ -212,7 +212,7 @@ class Advance:
 
     async def _begin(self, row: StepRecord, step: Step) -> None:
         if isinstance(step, TaskStep):
-            self._start_task(row, step, step.id, self.data())
+            self._start_task(row)
         elif isinstance(step, ChoiceStep):
             target = engine.choose(step, self.definition, self.data())
             if target is None:
@@ -251,24 +251,32 @@ class Advance:
     async def start_pending(self, row: StepRecord) -> None:
         """Begin a pending execution that waited (past the work cap, or for room in a full
         queue): a step, a map's item or a poll's round."""
-        step = self.definition.steps[row.step]
         if row.item is None and row.round is None:
             await self.begin(row)
             return
         try:
-            if isinstance(step, MapStep) and row.item is not None:
-                data = self.data(item=row.input, index=row.item)
-                self._start_task(row, step.task, step.id, data)
-            elif isinstance(step, PollStep) and row.round is not None:
-                self._start_task(row, step.task, step.id, self.data(round=row.round))
+            self._start_task(row)
         except ExpressionFailed as exc:
             await self.complete(row, Outcome.FAILED, error=_broken(exc, step=row.key))
 
-    def _start_task(
-        self, row: StepRecord, fields: TaskFields, expr_owner: str, data: dict[str, Any]
-    ) -> None:
+    def _task_of(self, row: StepRecord) -> tuple[TaskFields, dict[str, Any]]:
+        """What an execution's task is made of (its step's, a map's or a poll's task fields)
+        and the variables its expressions see."""
+        step = self.definition.steps[row.step]
+        if row.item is not None:
+            assert isinstance(step, MapStep)
+            return step.task, self.data(item=row.input, index=row.item)
+        if row.round is not None:
+            assert isinstance(step, PollStep)
+            return step.task, self.data(round=row.round)
+        assert isinstance(step, TaskStep)
+        return step, self.data()
+
+    def _start_task(self, row: StepRecord) -> None:
+        """A task for the execution, created with the flush (or, its queue full, a wait)."""
+        fields, data = self._task_of(row)
         spec = engine.task_spec(
-            self.definition, expr_owner, fields, data,
+            self.definition, row.step, fields, data,
             owner=Owner("workflow", self.wf.id, row.key), gate_id=self.wf.gate_id,
             max_params_bytes=self.max_params_bytes,
         )  # fmt: skip
@@ -360,9 +368,7 @@ class Advance:
             assert child is not None
             progress["started"] = index + 1
             try:
-                self._start_task(
-                    child, step.task, step.id, self.data(item=child.input, index=index)
-                )
+                self._start_task(child)
             except ExpressionFailed as exc:
                 error = _broken(exc, step=child.key)
                 self.put(child, state=StepState.FAILED, error=error, ended_at=self.now,
@@ -405,7 +411,7 @@ class Advance:
             engine.round_key(row.key, number), step.id, "task", parent_key=row.key,
             branch=None, input_=row.input, round_=number,
         )  # fmt: skip
-        self._start_task(child, step.task, step.id, self.data(round=number))
+        self._start_task(child)
 
     async def next_round(self, row: StepRecord) -> None:
         step = self.definition.steps[row.step]
@@ -453,11 +459,7 @@ class Advance:
             self.put(row, state=StepState.NEEDS_REVIEW)
             return
         if task.state == "succeeded":
-            data = self.data()
-            if row.item is not None:
-                data = self.data(item=row.input, index=row.item)
-            elif row.round is not None:
-                data = self.data(round=row.round)
+            _, data = self._task_of(row)
             try:
                 output = engine.mapped_output(self.definition, row.step, task.result, data)
             except ExpressionFailed as exc:
@@ -630,9 +632,7 @@ class Advance:
 
     def new_task_for(self, row: StepRecord) -> None:
         """A fresh task for a task step's execution (an operator's retry)."""
-        step = self.definition.steps[row.step]
-        assert isinstance(step, TaskStep)
-        self._start_task(row, step, step.id, self.data())
+        self._start_task(row)
 
 
 async def _write_rows(tx: Tx, advances: Sequence[Advance]) -> None:

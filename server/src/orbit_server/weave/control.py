@@ -52,11 +52,7 @@ class Control:
             if advance.paused:
                 return
             await self._gates.set_open_in(advance.tx, scope, advance.wf.gate_id, open_=False)
-            advance.wf = replace(
-                advance.wf, state=str(WorkflowState.PAUSED),
-                control_version=advance.wf.control_version + 1,
-            )  # fmt: skip
-            advance.changed = True
+            _steer(advance, WorkflowState.PAUSED)
 
         _, workflow = await self.run_locked(
             scope, workflow_id, act, actor=actor, action="workflow.pause",
@@ -74,12 +70,7 @@ class Control:
                 raise StateConflict(f"a {advance.wf.state} workflow cannot be resumed")
             await self._gates.set_open_in(advance.tx, scope, advance.wf.gate_id, open_=True)
             advance.wake_queues |= advance.definition.queues  # held tasks are claimable again
-            advance.wf = replace(
-                advance.wf, state=str(WorkflowState.RUNNING),
-                control_version=advance.wf.control_version + 1,
-            )  # fmt: skip
-            advance.changed = True
-            advance.review_changed = True  # a step may wait for review: the state says so
+            _steer(advance, WorkflowState.RUNNING)
             await store.workflow_steps_rearm(advance.tx, workflow_id)
             for row in await store.workflow_steps_unfollowed(advance.tx, workflow_id):
                 current = advance.rows.setdefault(row.key, row)
@@ -219,9 +210,15 @@ async def _step_of(advance: Advance, key: str) -> StepRecord:
 
 def _reopen(advance: Advance) -> None:
     """A failed instance runs again (an operator's retry or skip of the step that failed it)."""
+    _steer(advance, WorkflowState.RUNNING, error=None, finished_at=None)
+
+
+def _steer(advance: Advance, state: WorkflowState, **changes: Any) -> None:
+    """An operator's change of the instance's state: a new control version. Running again,
+    its state is settled at the flush (``needs_review`` while a step waits for review)."""
     advance.wf = replace(
-        advance.wf, state=str(WorkflowState.RUNNING), error=None, finished_at=None,
-        control_version=advance.wf.control_version + 1,
-    )  # fmt: skip
+        advance.wf, state=str(state), control_version=advance.wf.control_version + 1, **changes
+    )
     advance.changed = True
-    advance.review_changed = True
+    if state == WorkflowState.RUNNING:
+        advance.review_changed = True

@@ -3,6 +3,7 @@ signal, pause, resume and cancel instances; an operator's step recovery."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from litestar import Response, get, post
@@ -29,6 +30,7 @@ from orbit_server.api.wire_workflows import (
 )
 from orbit_server.errors import DefinitionInvalid, InvalidRequest
 from orbit_server.governance.keys import Role
+from orbit_server.store.weave import WorkflowRecord
 from orbit_server.weave.engine import WorkflowState
 
 READERS = (Role.SUBMITTER, Role.OPERATOR, Role.ADMIN)
@@ -36,6 +38,7 @@ WRITERS = (Role.SUBMITTER, Role.OPERATOR)
 OPERATORS = (Role.OPERATOR, Role.ADMIN)
 MAX_WAIT_MS = 60_000
 STATES = frozenset(str(s) for s in WorkflowState)
+Steer = Callable[..., Awaitable[WorkflowRecord]]
 
 
 @post(
@@ -213,18 +216,25 @@ async def _control(node: NodeDep, principal: PrincipalDep, workflow_id: str) -> 
     return Workflow.inspected(await node.workflows.inspect(principal.scope, workflow_id))
 
 
+async def _steered(
+    steer: Steer, node: NodeDep, principal: PrincipalDep, workflow_id: str, data: ControlIn | None
+) -> Workflow:
+    """Pause, resume or cancel (an operator's), then the instance as it stands."""
+    principal.require(*OPERATORS)
+    await steer(
+        principal.scope, workflow_id, reason=data.reason if data else None,
+        actor=actor_of(principal),
+    )  # fmt: skip
+    return await _control(node, principal, workflow_id)
+
+
 @post("/v1/workflows/{workflow_id:str}/pause", summary="Pause a workflow", tags=["workflows"],
       status_code=200)  # fmt: skip
 async def pause_workflow(
     workflow_id: FromPath[str], principal: PrincipalDep, node: NodeDep,
     data: JSONBody[ControlIn | None] = None,
 ) -> Workflow:  # fmt: skip
-    principal.require(*OPERATORS)
-    await node.workflows.pause(
-        principal.scope, workflow_id, reason=data.reason if data else None,
-        actor=actor_of(principal),
-    )  # fmt: skip
-    return await _control(node, principal, workflow_id)
+    return await _steered(node.workflows.pause, node, principal, workflow_id, data)
 
 
 @post("/v1/workflows/{workflow_id:str}/resume", summary="Resume a paused workflow",
@@ -233,12 +243,7 @@ async def resume_workflow(
     workflow_id: FromPath[str], principal: PrincipalDep, node: NodeDep,
     data: JSONBody[ControlIn | None] = None,
 ) -> Workflow:  # fmt: skip
-    principal.require(*OPERATORS)
-    await node.workflows.resume(
-        principal.scope, workflow_id, reason=data.reason if data else None,
-        actor=actor_of(principal),
-    )  # fmt: skip
-    return await _control(node, principal, workflow_id)
+    return await _steered(node.workflows.resume, node, principal, workflow_id, data)
 
 
 @post("/v1/workflows/{workflow_id:str}/cancel", summary="Cancel a workflow and its step tasks",
@@ -247,12 +252,7 @@ async def cancel_workflow(
     workflow_id: FromPath[str], principal: PrincipalDep, node: NodeDep,
     data: JSONBody[ControlIn | None] = None,
 ) -> Workflow:  # fmt: skip
-    principal.require(*OPERATORS)
-    await node.workflows.cancel(
-        principal.scope, workflow_id, reason=data.reason if data else None,
-        actor=actor_of(principal),
-    )  # fmt: skip
-    return await _control(node, principal, workflow_id)
+    return await _steered(node.workflows.cancel, node, principal, workflow_id, data)
 
 
 @post("/v1/workflows/{workflow_id:str}/steps/{key:str}/retry",

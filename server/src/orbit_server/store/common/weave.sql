@@ -43,12 +43,6 @@ SELECT * FROM workflows WHERE id = :id AND tenant = :tenant AND environment = :e
 SELECT * FROM workflows
  WHERE tenant = :tenant AND environment = :environment AND idempotency_key = :idempotency_key
 
--- name: workflow_update
-UPDATE workflows
-   SET state = :state, output = :output, error = :error, context = :context,
-       control_version = :control_version, updated_at = :updated_at, finished_at = :finished_at
- WHERE id = :id
-
 -- name: workflows_list
 -- Newest first; the ORDER BY names the index's columns after the equal ones (decision 0006).
 SELECT * FROM workflows
@@ -104,13 +98,6 @@ SELECT workflow_id, step_key, seq, step, kind, state, parent_key, branch, item, 
   FROM workflow_steps
  WHERE workflow_id = :workflow_id AND followed = 0
    AND state IN ('succeeded', 'failed', 'skipped')
-
--- name: workflow_step_update
-UPDATE workflow_steps
-   SET state = :state, task_id = :task_id, tries = :tries, output = :output, error = :error,
-       progress = :progress, followed = :followed, due_at = :due_at, wake_at = :wake_at,
-       ended_at = :ended_at, updated_at = :updated_at
- WHERE workflow_id = :workflow_id AND step_key = :step_key
 
 -- name: workflow_steps_list
 SELECT workflow_id, step_key, seq, step, kind, state, parent_key, branch, item, round, task_id,
