@@ -218,12 +218,15 @@ class Definition:
     @property
     def queues(self) -> frozenset[str]:
         """Every queue the definition's tasks go to."""
-        found = set()
+        return frozenset(fields.queue for _, fields in self.tasks())
+
+    def tasks(self) -> Iterator[tuple[Step, TaskFields]]:
+        """Each step that runs tasks, with their fields: a task step's own, a map's or a
+        poll's ``task``."""
         for step in self.steps.values():
             fields = step if isinstance(step, TaskStep) else getattr(step, "task", None)
             if isinstance(fields, TaskFields):
-                found.add(fields.queue)
-        return frozenset(found)
+                yield step, fields
 
     def expr(self, owner: str, role: str) -> Expression | None:
         """The compiled expression of ``owner`` (a step id, or "" for the definition) in
@@ -395,9 +398,8 @@ def _compile_all(
 def check_timeouts(definition: Definition, max_timeout_ms: int) -> None:
     """Refuse task timeouts beyond the server's ``ORBIT_MAX_TASK_TIMEOUT_MS``."""
     reasons = []
-    for step in definition.steps.values():
-        fields = step if isinstance(step, TaskStep) else getattr(step, "task", None)
-        timeout = getattr(fields, "timeout_ms", None)
+    for step, fields in definition.tasks():
+        timeout = fields.timeout_ms
         if timeout is not None and timeout > max_timeout_ms:
             reasons.append(f"step {step.id!r}: timeout_ms must be at most {max_timeout_ms}")
     if reasons:

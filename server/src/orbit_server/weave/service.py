@@ -212,7 +212,7 @@ class WorkflowService(Control):
                 request_hash=digest if idempotency_key is not None else None,
                 created_at=now, updated_at=now, finished_at=None,
             )  # fmt: skip
-            advance = self._advance(tx, definition, workflow, now)
+            advance = await self._advance(tx, workflow, now, definition)
             advance.new_instance = True  # inserted as it stands after its first steps
             first = definition.starts[None]
             await advance.enter(first, parent_key=None, branch=None, prev=input_)
@@ -234,8 +234,7 @@ class WorkflowService(Control):
             workflow, advance = _replayed(existing, _request_hash(name, version, input_)), None
         if advance is None:
             return await self.inspect(scope, workflow.id), False
-        self.observe([advance])
-        await self.after(advance)
+        await self.after([advance])
         rows = sorted(advance.rows.values(), key=lambda r: r.seq)
         seen = Inspection(
             workflow=workflow,
@@ -263,10 +262,7 @@ class WorkflowService(Control):
             workflow = await store.workflow_lock(tx, workflow_id)
             if workflow is None or (scope is not None and workflow.scope != scope):
                 raise NotFound("no such workflow")
-            definition = await self.definitions.load(
-                tx, workflow.scope, workflow.definition, workflow.version
-            )
-            advance = self._advance(tx, definition, workflow, self._clock.now())
+            advance = await self._advance(tx, workflow, self._clock.now())
             answer = await act(advance)
             await advance.flush()
             if actor is not None and action is not None and (advance.changed or advance.audit):
@@ -277,8 +273,7 @@ class WorkflowService(Control):
             return answer, advance
 
         answer, advance = await self._db.run(unit)
-        self.observe([advance])
-        await self.after(advance)
+        await self.after([advance])
         return answer, advance.wf
 
     async def run_batch(
@@ -303,24 +298,28 @@ class WorkflowService(Control):
             if locked is not None:
                 await locked(tx)
             for workflow in instances:
-                definition = await self.definitions.load(
-                    tx, workflow.scope, workflow.definition, workflow.version
-                )
-                advance = self._advance(tx, definition, workflow, now)
+                advance = await self._advance(tx, workflow, now)
                 await act(advance)
                 advances.append(advance)
             await flush_all(tx, self._tasks, advances)
             return advances
 
         advances = await self._db.run(unit)
-        self.observe(advances)
-        for advance in advances:
-            await self.after(advance)
+        await self.after(advances)
         return advances
 
-    def _advance(
-        self, tx: Tx, definition: Definition, workflow: WorkflowRecord, now: datetime
+    async def _advance(
+        self,
+        tx: Tx,
+        workflow: WorkflowRecord,
+        now: datetime,
+        definition: Definition | None = None,
     ) -> Advance:
+        """An advancement of a locked (or new) instance, with its definition."""
+        if definition is None:
+            definition = await self.definitions.load(
+                tx, workflow.scope, workflow.definition, workflow.version
+            )
         return Advance(
             tx, self._tasks, definition, workflow, now, max_params_bytes=self._max_params_bytes
         )
@@ -368,16 +367,19 @@ class WorkflowService(Control):
         for event in self._finished.get(workflow_id, ()):
             event.set()
 
-    async def after(self, advance: Advance) -> None:
-        """After a commit: announce new tasks, wake cancelled work and waiters."""
-        await self._tasks.announce(advance.wf.scope, advance.submitted, advance.notes)
-        self._tasks.wake_queues(advance.wf.scope, sorted(advance.wake_queues))
-        for task in advance.cancelled:
-            self._tasks.after_cancel(task)
+    async def after(self, advances: Sequence[Advance]) -> None:
+        """After the commit of ``advances``: report them, announce their new tasks, wake
+        cancelled work and waiters."""
+        self.observe(advances)
+        for advance in advances:
+            await self._tasks.announce(advance.wf.scope, advance.submitted, advance.notes)
+            self._tasks.wake_queues(advance.wf.scope, sorted(advance.wake_queues))
+            for task in advance.cancelled:
+                self._tasks.after_cancel(task)
+            if advance.wf.state in FINISHED:
+                for event in self._finished.get(advance.wf.id, ()):
+                    event.set()
         self.changed.set()
-        if advance.wf.state in FINISHED:
-            for event in self._finished.get(advance.wf.id, ()):
-                event.set()
 
     async def get(self, scope: Scope, workflow_id: str) -> WorkflowRecord:
         async def unit(tx: Tx) -> WorkflowRecord | None:
