@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
+import msgspec
+
 from orbit_server.store.sql import Dialect, QueryBook
 
 T = TypeVar("T")
@@ -168,3 +170,20 @@ def to_db_time(moment: datetime) -> datetime:
     if moment.tzinfo is None:
         raise ValueError("timestamps given to the store must be timezone-aware")
     return moment.astimezone(UTC).replace(tzinfo=None)
+
+
+def json_table_rows(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Rows for a MySQL/MariaDB ``JSON_TABLE`` as JSON text: times in the database's text
+    form, absent values left out (an absent path reads as NULL)."""
+    return msgspec.json.encode(
+        [
+            {
+                key: to_db_time(value).strftime("%Y-%m-%d %H:%M:%S.%f")
+                if isinstance(value, datetime)
+                else value
+                for key, value in row.items()
+                if value is not None
+            }
+            for row in rows
+        ]
+    ).decode()

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from orbit_server.scope import Scope
-from orbit_server.store.base import Row, Tx, chunks, to_db_time
+from orbit_server.store.base import Row, Tx, chunks, json_table_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,24 +198,12 @@ async def schedules_advance(tx: Tx, positions: Sequence[Position], now: datetime
         return
     if tx.dialect == "mysql":
         rows = [
-            {
-                key: _json_time(value) if isinstance(value, datetime) else value
-                for key, value in (
-                    ("id", p.id),
-                    ("next_fire_at", p.next_fire_at),
-                    ("due_at", p.due_at),
-                    ("last_fire_at", p.last_fire_at),
-                    ("last_task_id", p.last_task_id),
-                    ("queued_fire_at", p.queued_fire_at),
-                )
-                if value is not None  # an absent path reads as NULL
-            }
+            {"id": p.id, "next_fire_at": p.next_fire_at, "due_at": p.due_at,
+             "last_fire_at": p.last_fire_at, "last_task_id": p.last_task_id,
+             "queued_fire_at": p.queued_fire_at}
             for p in positions
-        ]
-        await tx.execute(
-            "schedules_advance",
-            {"rows_json": msgspec.json.encode(rows).decode(), "now": now},
-        )
+        ]  # fmt: skip
+        await tx.execute("schedules_advance", {"rows_json": json_table_rows(rows), "now": now})
         return
     await tx.execute_many(
         "schedules_advance",
@@ -232,10 +220,6 @@ async def schedules_advance(tx: Tx, positions: Sequence[Position], now: datetime
             for p in positions
         ],
     )
-
-
-def _json_time(moment: datetime) -> str:
-    return to_db_time(moment).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
 async def schedules_due_times(tx: Tx, *, limit: int) -> list[datetime]:

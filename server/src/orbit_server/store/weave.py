@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from orbit_server.scope import Scope
-from orbit_server.store.base import Row, Tx, to_db_time
+from orbit_server.store.base import Row, Tx, json_table_rows
 
 
 def _json(value: Any) -> str | None:
@@ -186,38 +186,25 @@ async def workflow_get_by_idempotency_key(tx: Tx, scope: Scope, key: str) -> Wor
     return None if row is None else _workflow(row)
 
 
+WORKFLOW_CHANGES = ("id", "state", "output", "error", "context", "control_version",
+                    "updated_at", "finished_at")  # fmt: skip
+
+
 async def workflows_update_many(tx: Tx, workflows: Sequence[WorkflowRecord]) -> None:
     """Write the changeable columns of instances (by id): one statement on MySQL/MariaDB."""
-    if not workflows:
-        return
-    if tx.dialect != "mysql":
-        await tx.execute_many(
-            "workflows_update_many",
-            [{k: p[k] for k in ("id", "state", "output", "error", "context", "control_version",
-                                "updated_at", "finished_at")}
-             for p in map(_workflow_params, workflows)],
-        )  # fmt: skip
-        return
-    rows = [
-        _present({"id": w.id, "state": w.state, "output": _json(w.output),
-                  "error": _json(w.error), "context": _json(w.context),
-                  "control_version": w.control_version, "updated_at": w.updated_at,
-                  "finished_at": w.finished_at})
-        for w in workflows
-    ]  # fmt: skip
-    await tx.execute("workflows_update_many", {"rows_json": msgspec.json.encode(rows).decode()})
+    rows = [{k: p[k] for k in WORKFLOW_CHANGES} for p in map(_workflow_params, workflows)]
+    await _update_many(tx, "workflows_update_many", rows)
 
 
-def _present(values: dict[str, Any]) -> dict[str, Any]:
-    """A JSON table row: times in the database's text form, absent values left out (an
-    absent path reads as NULL)."""
-    return {
-        key: to_db_time(value).strftime("%Y-%m-%d %H:%M:%S.%f")
-        if isinstance(value, datetime)
-        else value
-        for key, value in values.items()
-        if value is not None
-    }
+async def _update_many(tx: Tx, query: str, rows: list[dict[str, Any]]) -> None:
+    """One ``UPDATE … JOIN JSON_TABLE`` on MySQL/MariaDB; the row's update once per row on
+    SQLite."""
+    if not rows:
+        return
+    if tx.dialect == "mysql":
+        await tx.execute(query, {"rows_json": json_table_rows(rows)})
+    else:
+        await tx.execute_many(query, rows)
 
 
 async def workflows_list(
@@ -368,31 +355,15 @@ async def workflow_steps_unfollowed(tx: Tx, workflow_id: str) -> list[StepRecord
     return sorted((_step(r) for r in rows), key=lambda r: r.seq)
 
 
+STEP_CHANGES = ("workflow_id", "step_key", "state", "task_id", "tries", "output", "error",
+                "progress", "followed", "due_at", "wake_at", "ended_at", "updated_at")  # fmt: skip
+
+
 async def workflow_steps_update_many(tx: Tx, steps: Sequence[StepRecord]) -> None:
     """Write the changeable columns of step executions (by key): one statement on
     MySQL/MariaDB."""
-    if not steps:
-        return
-    if tx.dialect != "mysql":
-        await tx.execute_many(
-            "workflow_steps_update_many",
-            [{k: p[k] for k in ("workflow_id", "step_key", "state", "task_id", "tries", "output",
-                                "error", "progress", "followed", "due_at", "wake_at",
-                                "ended_at", "updated_at")}
-             for p in map(_step_params, steps)],
-        )  # fmt: skip
-        return
-    rows = [
-        _present({"workflow_id": s.workflow_id, "step_key": s.key, "state": s.state,
-                  "task_id": s.task_id, "tries": s.tries, "output": _json(s.output),
-                  "error": _json(s.error), "progress": _json(s.progress),
-                  "followed": 1 if s.followed else 0, "due_at": s.due_at,
-                  "wake_at": s.wake_at, "ended_at": s.ended_at, "updated_at": s.updated_at})
-        for s in steps
-    ]  # fmt: skip
-    await tx.execute(
-        "workflow_steps_update_many", {"rows_json": msgspec.json.encode(rows).decode()}
-    )
+    rows = [{k: p[k] for k in STEP_CHANGES} for p in map(_step_params, steps)]
+    await _update_many(tx, "workflow_steps_update_many", rows)
 
 
 async def workflow_steps_list(
