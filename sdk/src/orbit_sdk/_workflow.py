@@ -323,11 +323,12 @@ class StepList:
         description: str | None = None,
     ) -> Self:
         """A ``poll`` step: run ``task`` in rounds (the first at once, then ``interval``
-        apart) until the condition ``until`` holds; it sees ``round`` and, as ``result``, the
-        round's output (the task's ``output`` mapping applied). After ``max_rounds`` rounds,
-        or when the next round would start past ``max_duration``, it goes to
-        ``on_exhausted`` (without it the step fails, ``poll_exhausted``); a round whose task
-        fails sends it to ``on_failure``. Its output is the last round's."""
+        apart; without it the server's default, one second) until the condition ``until``
+        holds; it sees ``round`` and, as ``result``, the round's output (the task's
+        ``output`` mapping applied). After ``max_rounds`` rounds, or when the next round
+        would start past ``max_duration``, it goes to ``on_exhausted`` (without it the step
+        fails, ``poll_exhausted``); a round whose task fails sends it to ``on_failure``. Its
+        output is the last round's."""
         fields = _given(
             {
                 "task": task.to_dict(),

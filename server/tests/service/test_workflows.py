@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from orbit_sdk import TaskStep, Workflow
 from orbit_server.bootstrap import build_node
 from orbit_server.clock import FakeClock
 from orbit_server.config import Settings
@@ -553,6 +554,26 @@ async def test_a_poll_also_stops_at_max_duration_and_succeeds_once_until_holds(
     await settle(node)
     done = await get(node, ok.id)
     assert done.state == "succeeded" and done.output == {"ready": True, "v": 7}
+
+
+async def test_a_poll_the_builder_writes_without_an_interval_waits_one_second(
+    node: Node, clock: FakeClock
+) -> None:
+    wf = Workflow("poll", version="1")
+    wf.poll("p", task=TaskStep(queue="wf", type="check"), until="result.done", max_rounds=3)
+    assert "interval_ms" not in wf.to_dict()["steps"][0]
+    await publish(node, wf.to_dict())
+    started = await start(node, "poll", {})
+    await work(node, lambda _: {"done": False}, type_="check")
+    await settle(node)
+    clock.advance(timedelta(milliseconds=999))
+    await settle(node)
+    assert await work(node, type_="check") == []  # not yet: the default interval is 1 s
+    clock.advance(timedelta(milliseconds=1))
+    await settle(node)
+    await work(node, lambda _: {"done": True}, type_="check")
+    await settle(node)
+    assert (await get(node, started.id)).state == "succeeded"
 
 
 # -- pause, resume, cancel, review ------------------------------------------------------------

@@ -25,6 +25,7 @@ MAX_BRANCHES = 50
 MAX_DEPTH = 5
 MAX_MAP_CONCURRENCY = 1000
 MAX_POLL_ROUNDS = 10_000
+POLL_INTERVAL_MS = 1000  # a poll's interval when its definition gives none
 DAY_MS = 86_400_000
 
 StepId = Annotated[str, Meta(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")]
@@ -138,8 +139,8 @@ class PollStep(Struct, tag="poll", tag_field="kind", forbid_unknown_fields=True,
     id: StepId
     task: TaskFields
     until: Source
-    interval_ms: Millis
     max_rounds: Annotated[int, Meta(ge=1, le=MAX_POLL_ROUNDS)]
+    interval_ms: Millis = POLL_INTERVAL_MS
     max_duration_ms: Millis | None = None
     on_exhausted: StepId | None = None
     on_failure: StepId | None = None
