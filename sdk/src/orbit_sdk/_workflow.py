@@ -349,9 +349,10 @@ class StepList:
         self, step_id: str, *, output: str | None = None, description: str | None = None
     ) -> Self:
         """A ``succeed`` step: its list ends here with ``output`` (an expression; default:
-        the previous step's output). At the top level the workflow succeeds (the definition's
-        own ``output``, if it has one, gives the workflow's output); in a parallel branch the
-        branch ends with this output."""
+        the previous step's output). At the top level the workflow succeeds: a ``succeed``
+        step's own ``output`` is the workflow's output, whatever the definition's ``output``
+        says; without one, the definition's ``output`` (if it has one) gives it. In a parallel
+        branch the branch ends with this step's output."""
         fields = _given({"output": output})
         self._add(step_id, "succeed", fields, chains=False, description=description)
         return self
@@ -455,8 +456,9 @@ class Workflow(StepList):
 
     ``version`` names this content for good: publishing other content under it is refused
     (``version_exists``). ``output`` is a CEL expression for the workflow's output, evaluated
-    when the top-level list ends (after a ``succeed`` step too); without it, the output is
-    the output of the step that ended the list. ``start`` is the first step (default: the
+    when the top-level list ends, also at a ``succeed`` step without an ``output`` of its
+    own (a ``succeed`` step's own ``output`` wins over it); without it, the output is the
+    output of the step that ended the list. ``start`` is the first step (default: the
     first declared); it may also be set later, ``workflow.start = "charge"``.
 
     >>> wf = Workflow("greet", version="1")
