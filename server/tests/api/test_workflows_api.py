@@ -816,7 +816,6 @@ async def test_roles_decide_who_publishes_controls_starts_and_reads(
         ("/v1/workflow-definitions", body("two", [task("a")])),
         (f"{base}/pause", {}),
         (f"{base}/resume", {}),
-        (f"{base}/cancel", {}),
         (f"{base}/steps/a/retry", {}),
         (f"{base}/steps/a/skip", {}),
         (f"{base}/steps/a/resolve", {"outcome": "succeeded"}),
@@ -847,3 +846,26 @@ async def test_roles_decide_who_publishes_controls_starts_and_reads(
     anonymous = await http.get("/v1/workflows")
     assert_error(anonymous, 401, "unauthenticated", "permission")
     assert (await read(http, submitter, wf["id"]))["state"] == "running"  # nothing happened
+
+
+async def test_a_submitter_cancels_the_workflows_of_its_scope_as_it_cancels_tasks(
+    http: httpx2.AsyncClient, node: Node, operator: Auth, submitter: Auth
+) -> None:
+    await publish(http, operator, body("one", [task("a")]))
+    wf = await start(http, submitter, "one", {"x": 1})
+    base = f"/v1/workflows/{wf['id']}"
+    foreign = bearer(await make_key(node, OTHER_TENANT, Role.SUBMITTER))
+    assert_error(await http.post(f"{base}/cancel", headers=foreign), 404, "not_found", "protocol")
+    worker = bearer(await make_key(node, SCOPE, Role.WORKER))
+    refused = await http.post(f"{base}/cancel", headers=worker)
+    error = assert_error(refused, 403, "forbidden", "permission")
+    assert "submitter" in str(error["message"])
+    assert (await read(http, submitter, wf["id"]))["state"] == "running"
+
+    cancelled = await http.post(f"{base}/cancel", json={"reason": "not needed"}, headers=submitter)
+    assert cancelled.status_code == 200
+    view = cancelled.json()
+    assert (view["state"], view["error"]) == (
+        "cancelled", {"code": "cancelled", "message": "not needed"}
+    )  # fmt: skip
+    assert await work(node) == []  # its step's task was cancelled with it

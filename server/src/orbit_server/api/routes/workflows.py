@@ -36,6 +36,9 @@ from orbit_server.weave.engine import WorkflowState
 READERS = (Role.SUBMITTER, Role.OPERATOR, Role.ADMIN)
 WRITERS = (Role.SUBMITTER, Role.OPERATOR)
 OPERATORS = (Role.OPERATOR, Role.ADMIN)
+# Cancelling is "cancel own work" (API.md): a submitter may cancel the instances of its scope,
+# as it may cancel their tasks.
+CANCELLERS = (Role.SUBMITTER, Role.OPERATOR, Role.ADMIN)
 MAX_WAIT_MS = 60_000
 STATES = frozenset(str(s) for s in WorkflowState)
 Steer = Callable[..., Awaitable[WorkflowRecord]]
@@ -217,10 +220,15 @@ async def _control(node: NodeDep, principal: PrincipalDep, workflow_id: str) -> 
 
 
 async def _steered(
-    steer: Steer, node: NodeDep, principal: PrincipalDep, workflow_id: str, data: ControlIn | None
+    steer: Steer,
+    node: NodeDep,
+    principal: PrincipalDep,
+    workflow_id: str,
+    data: ControlIn | None,
+    roles: tuple[Role, ...] = OPERATORS,
 ) -> Workflow:
-    """Pause, resume or cancel (an operator's), then the instance as it stands."""
-    principal.require(*OPERATORS)
+    """Pause or resume (an operator's), or cancel, then the instance as it stands."""
+    principal.require(*roles)
     await steer(
         principal.scope, workflow_id, reason=data.reason if data else None,
         actor=actor_of(principal),
@@ -252,7 +260,7 @@ async def cancel_workflow(
     workflow_id: FromPath[str], principal: PrincipalDep, node: NodeDep,
     data: JSONBody[ControlIn | None] = None,
 ) -> Workflow:  # fmt: skip
-    return await _steered(node.workflows.cancel, node, principal, workflow_id, data)
+    return await _steered(node.workflows.cancel, node, principal, workflow_id, data, CANCELLERS)
 
 
 @post("/v1/workflows/{workflow_id:str}/steps/{key:str}/retry",
