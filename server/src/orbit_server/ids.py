@@ -1,4 +1,4 @@
-"""Opaque, time-ordered identifiers.
+"""Opaque, time-ordered identifiers, and secrets that look like them.
 
 An id is 48 bits of milliseconds followed by 80 bits that are random for the first id of a
 millisecond and incremented for the next ones, so ids made by one process sort in creation order
@@ -9,6 +9,7 @@ Across processes, ids of the same millisecond are ordered arbitrarily.
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 import time
 
@@ -56,3 +57,13 @@ def new_id(prefix: str = "", *, now_ms: int | None = None) -> str:
     else:
         rand = int.from_bytes(os.urandom(10), "big")
     return prefix + _base32(ms & ((1 << 48) - 1), 10) + _base32(rand, 16)
+
+
+_TOKEN_BITS = 130  # 26 base32 characters, all from the CSPRNG
+
+
+def new_token(prefix: str = "") -> str:
+    """A 26-character secret, optionally prefixed (``lse_…``): 130 bits from the operating
+    system's CSPRNG, unrelated to any id or clock, so that knowing an id tells nothing about
+    it (lease tokens fence holders, SPEC P2)."""
+    return prefix + _base32(secrets.randbits(_TOKEN_BITS), 26)

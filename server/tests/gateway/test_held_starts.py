@@ -102,7 +102,7 @@ async def test_a_result_waits_for_its_start_being_recorded_alone() -> None:
     held = HeldStarts(
         Batcher(record), lambda rid, a: answered.append((rid, a)), lambda rid, e: None, hold_s=0
     )
-    ref = LeaseRef("tsk_1", 1, "lse_1")
+    ref = LeaseRef("tsk_1", 1, "lse_1", "ses_1")
     held.hold(7, [ref], [None], [0])
     await asyncio.sleep(0)  # the zero hold ends: recording starts
     await asyncio.sleep(0)
@@ -165,7 +165,7 @@ async def test_a_start_taken_by_a_result_that_failed_is_recorded_alone() -> None
     held = HeldStarts(
         Batcher(record), lambda rid, a: answered.append((rid, a)), lambda rid, e: None, hold_s=60
     )
-    first, second = LeaseRef("tsk_1", 1, "lse_1"), LeaseRef("tsk_2", 1, "lse_2")
+    first, second = LeaseRef("tsk_1", 1, "lse_1", "ses_1"), LeaseRef("tsk_2", 1, "lse_2", "ses_1")
     held.hold(3, [first, second], [None, None], [0, 1])
     taken = held.take(("tsk_1", 1))
     assert taken is not None

@@ -115,7 +115,7 @@ async def test_stale_holders_can_never_renew_complete_or_release(
     [renewal] = await node.workers.renew([first.ref])
     assert renewal.verdict is RenewVerdict.STALE
     assert await node.workers.release([first.ref]) == [False]
-    forged = LeaseRef(task_id, second.ref.attempt, "lse_forged")
+    forged = LeaseRef(task_id, second.ref.attempt, "lse_forged", second.ref.session_id)
     assert await node.workers.complete(forged, "forged") is Outcome.STALE
     assert await queue(node) == before  # counters unchanged by stale writes
     current = await node.tasks.get(SCOPE, task_id)
@@ -129,7 +129,7 @@ async def test_a_batch_of_renewals_extends_only_the_leases_that_hold(
     leases = await claim(node, ALICE, free=3)
     for lease in leases[:2]:
         await node.workers.start(lease.ref)  # the third stays leased: it renews too
-    forged = LeaseRef(leases[0].ref.task_id, leases[0].ref.attempt, "lse_forged")
+    forged = LeaseRef(leases[0].ref.task_id, leases[0].ref.attempt, "lse_forged", ALICE.session_id)
     clock.advance(1000)
     refs = [leases[0].ref, forged, leases[1].ref, leases[2].ref, leases[0].ref]
     renewals = await node.workers.renew(refs)

@@ -213,7 +213,7 @@ class Connection:
         raise ProtocolViolation(f"unexpected frame {type(frame).__name__}")
 
     async def _start(self, frame: p.Start) -> p.Frame | None:
-        refs = [_ref(item) for item in frame.items]
+        refs = [_ref(item, self.session) for item in frame.items]
         eager = [i for i, r in enumerate(refs) if (r.task_id, r.attempt) in self._eager]
         if not eager:
             return self._started_frame(frame.id, await self._batches.starts.submit(refs))
@@ -265,7 +265,8 @@ class Connection:
 
     async def _heartbeat(self, frame: p.Heartbeat) -> p.Frame:
         self._forget_unlisted({(item.task_id, item.attempt) for item in frame.items})
-        renewals = await self._batches.renewals.submit([_ref(item) for item in frame.items])
+        refs = [_ref(item, self.session) for item in frame.items]
+        renewals = await self._batches.renewals.submit(refs)
         answers = []
         for renewal in renewals:
             if renewal.verdict is RenewVerdict.STALE:
@@ -281,7 +282,7 @@ class Connection:
         return p.Renewed(re=frame.id, items=answers)
 
     async def _result(self, frame: p.Result) -> p.Frame:
-        reports = [_report(item) for item in frame.items]
+        reports = [_report(item, self.session) for item in frame.items]
         taken: dict[int, Held] = {}
         for i, report in enumerate(reports):
             held = self._held_starts.take((report.ref.task_id, report.ref.attempt))
@@ -309,7 +310,7 @@ class Connection:
         return p.Acked(re=frame.id, items=answers)
 
     async def _release(self, frame: p.Release) -> p.Frame:
-        refs = [_ref(item) for item in frame.items]
+        refs = [_ref(item, self.session) for item in frame.items]
         released = await self._workers.release(refs)
         for ref, ok in zip(refs, released, strict=True):
             if ok:  # not released: it started after all (or ended); it is still counted
@@ -331,7 +332,7 @@ class Connection:
                 continue
             self._missed[key] = self._missed.get(key, 0) + 1
             if self._missed[key] >= 2:
-                self._settle(LeaseRef(key[0], key[1], ""))
+                self._settle(LeaseRef(key[0], key[1], "", self.session.session_id))
 
     def _settle(self, ref: LeaseRef) -> None:
         self._missed.pop((ref.task_id, ref.attempt), None)
@@ -364,8 +365,8 @@ def _refusal(exc: OrbitError, request_id: int | None) -> p.Error:
     return p.Error(code="invalid_request", message=exc.message, re=request_id)
 
 
-def _report(item: p.ResultItem) -> Report:
-    ref = _ref(item)
+def _report(item: p.ResultItem, session: Session) -> Report:
+    ref = _ref(item, session)
     if item.outcome == "succeeded":
         return Report(ref, Event.COMPLETE, result=item.result)
     if item.outcome == "cancelled":
@@ -388,5 +389,7 @@ def _report(item: p.ResultItem) -> Report:
     return Report(ref, None, error=error, retryable=retryable)
 
 
-def _ref(item: p.Ref | p.ResultItem) -> LeaseRef:
-    return LeaseRef(item.task_id, item.attempt, item.lease_token)
+def _ref(item: p.Ref | p.ResultItem, session: Session) -> LeaseRef:
+    """The lease a worker names, held by this connection's session (the fence's fourth part:
+    a reference another session was given answers as a stale one)."""
+    return LeaseRef(item.task_id, item.attempt, item.lease_token, session.session_id)

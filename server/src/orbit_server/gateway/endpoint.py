@@ -18,7 +18,8 @@ from orbit_server.gateway.batch import NodeBatches
 from orbit_server.gateway.connection import Connection, ProtocolViolation, SlowConsumer
 from orbit_server.gateway.dispatch import Dispatcher
 from orbit_server.governance.keys import Principal, Role, bearer_token
-from orbit_server.pulse.worker import LeaseRef, Session
+from orbit_server.pulse.sessions import HeldRef
+from orbit_server.pulse.worker import Session
 from orbit_server.runtime.node import Node
 
 log = structlog.get_logger("orbit.gateway")
@@ -184,7 +185,8 @@ class Gateway:
             opened = await self._node.sessions.open(
                 principal.scope, key_id=principal.key_id, worker_id=hello.worker_id,
                 capacity=hello.capacity, handlers=[msgspec.structs.asdict(h) for h in handlers],
-                held=[LeaseRef(r.task_id, r.attempt, r.lease_token) for r in hello.held],
+                held=[HeldRef(r.task_id, r.attempt, r.lease_token) for r in hello.held],
+                queues=principal.queues,
             )  # fmt: skip
         except Unavailable as exc:
             raise Rejected(p.CLOSE_INTERNAL, _error("unavailable", exc.message)) from None

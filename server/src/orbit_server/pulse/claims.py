@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from orbit_server.clock import Clock
-from orbit_server.ids import new_id
+from orbit_server.ids import new_token
 from orbit_server.pulse.leasing import ClaimRequest, Lease, LeaseRef, Session, Want
 from orbit_server.pulse.states import TaskState
 from orbit_server.scope import Scope
@@ -133,7 +133,7 @@ class Claims:
         held: dict[tuple[Scope, str], int],
         waits: ClaimWaits,
     ) -> list[Lease]:
-        token = new_id("lse_")
+        token = new_token("lse_")
         budget = request.limit
         leases: list[Lease] = []
         wants = sorted((w for w in request.wants if w.free > 0), key=lambda w: (w.queue, w.type))
@@ -235,7 +235,10 @@ class Claims:
             await asyncio.wait(waits.futures, timeout=FREEING_WAIT_S)
         waits.closed = True  # from here on it holds the queue's row (see ClaimWaits)
         await self._count_claimed(tx, queue, len(leased), now)
-        return [Lease(LeaseRef(t.id, t.lease_epoch, token), t, expires_at) for t in leased]
+        return [
+            Lease(LeaseRef(t.id, t.lease_epoch, token, session.session_id), t, expires_at)
+            for t in leased
+        ]
 
     @staticmethod
     async def _count_claimed(tx: Tx, queue: QueueRecord, count: int, now: datetime) -> None:

@@ -44,9 +44,14 @@ class ClaimRequest:
 
 @dataclass(frozen=True, slots=True)
 class LeaseRef:
+    """A lease's identity (SPEC P2): the task, the attempt (lease epoch), the secret token the
+    lease was granted with, and the session holding it. Every holder operation is fenced on all
+    four: a reference that is stale, foreign or guessed answers alike and changes nothing."""
+
     task_id: str
     attempt: int
     lease_token: str
+    session_id: str
 
 
 @dataclass(frozen=True, slots=True)

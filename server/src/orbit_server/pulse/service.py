@@ -18,7 +18,7 @@ from typing import Any
 from orbit_server.audit import Actor, AuditWriter
 from orbit_server.clock import Clock
 from orbit_server.errors import IdempotencyConflict, NotFound, QueueFull, StateConflict
-from orbit_server.ids import new_id
+from orbit_server.ids import new_id, new_token
 from orbit_server.pulse.admission import KeyAdmissions
 from orbit_server.pulse.direct import DirectDispatch, Reservation
 from orbit_server.pulse.effects import (
@@ -170,7 +170,7 @@ class TaskService:
         assert self._lease is not None
         session = reservation.session
         leased = dataclasses.replace(
-            task, state=str(TaskState.LEASED), lease_epoch=1, lease_token=new_id("lse_"),
+            task, state=str(TaskState.LEASED), lease_epoch=1, lease_token=new_token("lse_"),
             lease_expires_at=now + self._lease, session_id=session.session_id,
             node=session.node, worker_id=session.worker_id,
         )  # fmt: skip
@@ -192,7 +192,8 @@ class TaskService:
             reservation.give_back()
             raise
         assert leased.lease_token is not None and leased.lease_expires_at is not None
-        reservation.deliver(Lease(LeaseRef(leased.id, 1, leased.lease_token), leased,
+        ref = LeaseRef(leased.id, 1, leased.lease_token, session.session_id)
+        reservation.deliver(Lease(ref, leased,
                                   leased.lease_expires_at))  # fmt: skip
         return leased
 

@@ -14,7 +14,17 @@ from orbit_server.ids import new_id
 from orbit_server.pulse.worker import LeaseRef
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
+from orbit_server.store import leases as lstore
 from orbit_server.store import sessions as sstore
+
+
+@dataclass(frozen=True, slots=True)
+class HeldRef:
+    """An attempt a reconnecting worker says it still holds (``hello.held``)."""
+
+    task_id: str
+    attempt: int
+    lease_token: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +49,12 @@ class SessionService:
         worker_id: str,
         capacity: int,
         handlers: list[dict[str, Any]],
-        held: Sequence[LeaseRef],
+        held: Sequence[HeldRef],
+        queues: frozenset[str] | None = None,
     ) -> OpenedSession:
-        """Record a new session and move each held attempt whose lease still holds to it."""
+        """Record a new session and move each held attempt whose lease still holds to it. An
+        attempt is adopted only within the key's rights: the task in ``scope`` and, for a key
+        limited to ``queues``, in one of them; any other answers ``stop`` like a stale one."""
         session_id = new_id("ses_")
 
         async def unit(tx: Tx) -> OpenedSession:
@@ -52,11 +65,25 @@ class SessionService:
             )  # fmt: skip
             continuing: list[LeaseRef] = []
             stopped: list[LeaseRef] = []
-            for ref in sorted(held, key=lambda r: (r.task_id, r.attempt)):
-                adopted = await sstore.task_adopt(
-                    tx, ref.task_id, ref.attempt, ref.lease_token, session_id=session_id,
-                    node=self._node, worker_id=worker_id, now=now,
-                )  # fmt: skip
+            rows = await lstore.tasks_lock_many(tx, [h.task_id for h in held])
+            for one in sorted(held, key=lambda r: (r.task_id, r.attempt)):
+                ref = LeaseRef(one.task_id, one.attempt, one.lease_token, session_id)
+                task = rows.get(one.task_id)
+                adopted = (
+                    task is not None
+                    and task.scope == scope
+                    and (queues is None or task.queue in queues)
+                    and await sstore.task_adopt(
+                        tx,
+                        one.task_id,
+                        one.attempt,
+                        one.lease_token,
+                        session_id=session_id,
+                        node=self._node,
+                        worker_id=worker_id,
+                        now=now,
+                    )
+                )
                 (continuing if adopted else stopped).append(ref)
             return OpenedSession(session_id, continuing, stopped)
 

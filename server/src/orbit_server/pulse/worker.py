@@ -1,9 +1,9 @@
 """Pulse's worker-side service: the interface the WebSocket gateway calls (SPEC P2, P4–P8, D1).
 
-Every holder write is fenced by task id + attempt (lease epoch) + lease token: a stale holder
-never renews, completes or releases anything. Every move out of ``leased``/``running`` gives the
-queue and key permits back and, for terminal and ``needs_review`` states, writes the result
-event, all in the transaction that changes the state.
+Every holder write is fenced by task id + attempt (lease epoch) + lease token + session: a
+stale or foreign holder never starts, renews, completes or releases anything. Every move out of
+``leased``/``running`` gives the queue and key permits back and, for terminal and
+``needs_review`` states, writes the result event, all in the transaction that changes the state.
 """
 
 from __future__ import annotations
@@ -77,9 +77,19 @@ _REPORTED_CAUSE = {
 
 
 def _holds(task: TaskRecord | lstore.LockedTask, ref: LeaseRef) -> bool:
-    """The fence in Python, for rows read in bulk: this lease (attempt and token) is the task's
-    current one (what ``task_lock_fenced`` checks in SQL)."""
-    return (task.lease_epoch, task.lease_token) == (ref.attempt, ref.lease_token)
+    """The fence in Python, for rows read in bulk: this lease (attempt, token and session) is
+    the task's current one (what ``task_lock_fenced`` checks in SQL)."""
+    return (task.lease_epoch, task.lease_token, task.session_id) == (
+        ref.attempt,
+        ref.lease_token,
+        ref.session_id,
+    )
+
+
+async def _lock_fenced(tx: Tx, ref: LeaseRef) -> TaskRecord | None:
+    return await lstore.task_lock_fenced(
+        tx, ref.task_id, ref.attempt, ref.lease_token, ref.session_id
+    )
 
 
 def _starts_with(task: TaskRecord | lstore.LockedTask) -> bool:
@@ -192,7 +202,7 @@ class WorkerService:
         return min(now + self._lease, deadline), deadline
 
     async def _start_one(self, tx: Tx, ref: LeaseRef, now: datetime) -> StartAnswer:
-        task = await lstore.task_lock_fenced(tx, ref.task_id, ref.attempt, ref.lease_token)
+        task = await _lock_fenced(tx, ref)
         if task is None or _expired(task, now):
             return StartAnswer(ref, StartVerdict.STALE)
         if task.state == TaskState.RUNNING:  # a repeated start of this very attempt
@@ -310,13 +320,11 @@ class WorkerService:
             rest = [i for i in range(len(reports)) if i not in done]
             for i in sorted(rest, key=queue_order):
                 ref = reports[i].ref  # read again: an earlier item may have changed the row
-                fresh = await lstore.task_lock_fenced(tx, ref.task_id, ref.attempt, ref.lease_token)
+                fresh = await _lock_fenced(tx, ref)
                 eager = fresh is not None and _starts_with(fresh)
                 if fresh is not None and eager and not _expired(fresh, now):
                     await self._record_start(tx, fresh, ref, now)  # an eager attempt's start
-                    fresh = await lstore.task_lock_fenced(
-                        tx, ref.task_id, ref.attempt, ref.lease_token
-                    )
+                    fresh = await _lock_fenced(tx, ref)
                 outcomes[i] = await self._report_locked(tx, reports[i], fresh, now)
             return outcomes
 
@@ -490,7 +498,7 @@ class WorkerService:
             now = self._clock.now()
             out = []
             for ref in refs:
-                task = await lstore.task_lock_fenced(tx, ref.task_id, ref.attempt, ref.lease_token)
+                task = await _lock_fenced(tx, ref)
                 if task is None or task.state != TaskState.LEASED or _expired(task, now):
                     out.append(False)
                     continue

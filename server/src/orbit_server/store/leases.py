@@ -48,6 +48,7 @@ class LockedTask:
     state: str
     lease_epoch: int
     lease_token: str | None
+    session_id: str | None
     lease_expires_at: datetime | None
     deadline_at: datetime | None
     cancel_requested: bool
@@ -411,7 +412,8 @@ def _locked(r: Row) -> LockedTask:
     return LockedTask(
         id=str(r["id"]), scope=Scope(str(r["tenant"]), str(r["environment"])),
         queue=str(r["queue"]), state=str(r["state"]), lease_epoch=int(r["lease_epoch"]),
-        lease_token=r["lease_token"], lease_expires_at=r["lease_expires_at"],
+        lease_token=r["lease_token"], session_id=r["session_id"],
+        lease_expires_at=r["lease_expires_at"],
         deadline_at=r["deadline_at"], cancel_requested=bool(r["cancel_requested"]),
         gate_id=r["gate_id"], timeout_ms=int(r["timeout_ms"]),
         concurrency_key=r["concurrency_key"], owner_kind=r["owner_kind"],
@@ -533,9 +535,15 @@ async def attempt_get(tx: Tx, task_id: str, number: int) -> AttemptRecord | None
     return attempt_from_row(rows[0]) if rows else None
 
 
-async def task_lock_fenced(tx: Tx, task_id: str, epoch: int, token: str) -> TaskRecord | None:
-    """The task if (and only if) this lease still holds it; locks the row."""
-    row = await tx.fetch_one("task_lock_fenced", {"id": task_id, "epoch": epoch, "token": token})
+async def task_lock_fenced(
+    tx: Tx, task_id: str, epoch: int, token: str, session_id: str
+) -> TaskRecord | None:
+    """The task if (and only if) this lease — attempt, token and session — still holds it (or
+    last held it, once it ended); locks the row."""
+    row = await tx.fetch_one(
+        "task_lock_fenced",
+        {"id": task_id, "epoch": epoch, "token": token, "session_id": session_id},
+    )
     return None if row is None else task_from_row(row)
 
 

@@ -61,7 +61,9 @@ SELECT concurrency_key, active FROM key_permits FORCE INDEX (PRIMARY)
  ORDER BY concurrency_key FOR UPDATE
 
 -- name: task_lock_fenced
-SELECT * FROM tasks WHERE id = :id AND lease_epoch = :epoch AND lease_token = :token FOR UPDATE
+SELECT * FROM tasks
+ WHERE id = :id AND lease_epoch = :epoch AND lease_token = :token AND session_id = :session_id
+   FOR UPDATE
 
 -- name: leases_expired
 SELECT id, tenant, environment, queue FROM tasks FORCE INDEX (tasks_lease)
@@ -123,8 +125,8 @@ SELECT k.concurrency_key, q.key_concurrency - k.active AS free,
    AND k.concurrency_key IN (:keys)
 
 -- name: tasks_lock_many
-SELECT id, tenant, environment, queue, state, lease_epoch, lease_token, lease_expires_at,
-       deadline_at, cancel_requested, gate_id, timeout_ms, concurrency_key, owner_kind, owner_id,
+SELECT id, tenant, environment, queue, state, lease_epoch, lease_token, session_id,
+       lease_expires_at, deadline_at, cancel_requested, gate_id, timeout_ms, concurrency_key, owner_kind, owner_id,
        event_seq, side_effect
   FROM tasks FORCE INDEX (PRIMARY) WHERE id IN (:task_ids) ORDER BY id FOR UPDATE
 

@@ -53,7 +53,8 @@ SELECT concurrency_key, active FROM key_permits
  ORDER BY concurrency_key
 
 -- name: task_lock_fenced
-SELECT * FROM tasks WHERE id = :id AND lease_epoch = :epoch AND lease_token = :token
+SELECT * FROM tasks
+ WHERE id = :id AND lease_epoch = :epoch AND lease_token = :token AND session_id = :session_id
 
 -- name: leases_expired
 SELECT id, tenant, environment, queue FROM tasks
@@ -115,8 +116,8 @@ SELECT k.concurrency_key, q.key_concurrency - k.active AS free,
    AND k.concurrency_key IN (:keys)
 
 -- name: tasks_lock_many
-SELECT id, tenant, environment, queue, state, lease_epoch, lease_token, lease_expires_at,
-       deadline_at, cancel_requested, gate_id, timeout_ms, concurrency_key, owner_kind, owner_id,
+SELECT id, tenant, environment, queue, state, lease_epoch, lease_token, session_id,
+       lease_expires_at, deadline_at, cancel_requested, gate_id, timeout_ms, concurrency_key, owner_kind, owner_id,
        event_seq, side_effect
   FROM tasks WHERE id IN (:task_ids) ORDER BY id
 
