@@ -117,6 +117,7 @@ async def build_node(
     workflows = WorkflowService(
         db, clock, audit_writer, tasks, gates, max_params_bytes=settings.max_params_bytes,
         max_task_timeout_ms=settings.max_task_timeout_ms,
+        max_step_executions=settings.workflow_max_step_executions,
     )  # fmt: skip
     runner = Runner(db, clock, tasks, workflows, lanes=2 if db.dialect == "mysql" else 1)
 

@@ -134,6 +134,12 @@ class Settings:
     audit_retention_ms: int = _setting(
         365 * 86_400_000, "How long audit records are kept", minimum=86_400_000
     )
+    workflow_max_step_executions: int = _setting(
+        200_000,
+        "Most step executions (map items and poll rounds included) one workflow instance may "
+        "make; the next fails it with step_limit_exceeded",
+        minimum=100,
+    )
 
     def has_role(self, role: ServerRole) -> bool:
         return role in self.roles

@@ -3,6 +3,7 @@ continuation, signals, polling, pause/resume, cancel and recovery (SPEC W1–W10
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from datetime import timedelta
 from typing import Any
@@ -744,29 +745,86 @@ async def test_start_is_idempotent_and_lists_filter_by_definition_and_state(node
 
 
 async def test_steps_without_tasks_are_capped_per_advancement(node: Node) -> None:
-    loop = [
-        {
-            "id": "ping",
-            "kind": "choice",
-            "default": "pong",
-            "choices": [{"when": "false", "next": "pong"}],
-        },
-        {
-            "id": "pong",
-            "kind": "choice",
-            "default": "ping",
-            "choices": [{"when": "false", "next": "ping"}],
-        },
-    ]
-    await publish(node, body("spin", loop))
+    chain: list[dict[str, Any]] = [
+        {"id": f"c{i}", "kind": "choice", "default": f"c{i + 1}",
+         "choices": [{"when": "false", "next": f"c{i + 1}"}]}
+        for i in range(250)
+    ]  # fmt: skip
+    await publish(node, body("spin", [*chain, {"id": "c250", "kind": "succeed"}]))
     wf = await start(node, "spin", {})
     rows = await steps(node, wf.id)
     assert len(rows) == 101  # 100 entered, the next written pending and due now
     assert list(rows.values())[-1].state == "pending"
     await node.runner.wake_due()
     assert len(await steps(node, wf.id)) == 201  # the pending one and 99 more, 1 pending
-    await node.workflows.cancel(SCOPE, wf.id, reason="stop", actor=ACTOR)
+    await node.runner.wake_due()
+    assert len(await steps(node, wf.id)) == 251
+    assert (await get(node, wf.id)).state == "succeeded"
     assert await node.runner.wake_due() == 0
+
+
+async def test_a_loop_that_no_task_or_signal_could_end_is_refused_at_publish(node: Node) -> None:
+    itself = body("loop", [{"id": "loop", "kind": "choice",
+                            "choices": [{"when": "true", "next": "loop"}]}])  # fmt: skip
+    through_a_timer = body("nap", [
+        {"id": "a", "kind": "choice", "choices": [{"when": "input.go", "next": "b"}],
+         "default": "done"},
+        {"id": "b", "kind": "timer", "duration_ms": 0, "next": "a"},
+        {"id": "done", "kind": "succeed"},
+    ])  # fmt: skip
+    in_a_branch = body("fan", [{"id": "p", "kind": "parallel", "branches": [
+        {"name": "x", "steps": [
+            {"id": "x1", "kind": "choice", "choices": [{"when": "true", "next": "x2"}]},
+            {"id": "x2", "kind": "choice", "choices": [{"when": "true", "next": "x1"}]},
+        ]},
+    ]}])  # fmt: skip
+    for definition, loop in (
+        (itself, "'loop' -> 'loop'"),
+        (through_a_timer, "'a' -> 'b' -> 'a'"),
+        (in_a_branch, "'x1' -> 'x2' -> 'x1'"),
+    ):
+        with pytest.raises(DefinitionInvalid) as caught:
+            await publish(node, definition)
+        assert caught.value.details["reasons"] == [
+            f"steps {loop} form a loop without a task, map, poll or signal step in it, "
+            "which nothing could end"
+        ]
+    # A loop that runs a task (or waits for a signal) is a loop its data can end.
+    await publish(node, body("count", [
+        task("count", next="again"),
+        {"id": "again", "kind": "choice", "choices": [{"when": "true", "next": "count"}]},
+    ]))  # fmt: skip
+    await publish(node, body("parallel", [
+        {"id": "p", "kind": "parallel", "next": "again",
+         "branches": [{"name": "x", "steps": [task("x")]}]},
+        {"id": "again", "kind": "choice", "choices": [{"when": "true", "next": "p"}]},
+    ]))  # fmt: skip
+
+
+async def test_an_instance_fails_when_it_would_pass_its_step_execution_limit(
+    node: Node, settings: Settings, clock: FakeClock
+) -> None:
+    limited = dataclasses.replace(settings, workflow_max_step_executions=100)
+    small = await build_node(limited, db=node.db, clock=clock)
+    await publish(small, body("count", [
+        task("count", output="result", next="again"),
+        {"id": "again", "kind": "choice", "choices": [{"when": "true", "next": "count"}]},
+    ]))  # fmt: skip
+    wf = await start(small, "count", {})
+    assert await run(small) == 50  # 50 visits of count and of again: 100 executions
+    failed = await get(small, wf.id)
+    assert failed.state == "failed" and failed.error is not None
+    assert failed.error["code"] == "step_limit_exceeded"
+    assert "at most 100 (ORBIT_WORKFLOW_MAX_STEP_EXECUTIONS)" in failed.error["message"]
+    assert len(await steps(small, wf.id)) == 100
+
+    mapping = {"id": "each", "kind": "map", "items": "input", "task": {"queue": "wf",
+               "type": "work", "params": "item"}}  # fmt: skip
+    await publish(small, body("wide", [mapping]))
+    wide = await start(small, "wide", list(range(100)))  # the map and 100 items: 101
+    done = await get(small, wide.id)
+    assert (done.state, done.error["code"]) == ("failed", "step_limit_exceeded")  # type: ignore[index]
+    assert await work(small) == []  # no item's task was made
 
 
 async def test_a_task_pulse_would_refuse_fails_its_step_and_others_go_on(node: Node) -> None:

@@ -9,6 +9,8 @@ key, the new tasks through ``TaskService.create_in`` (one batch), the instance l
 Work cap (W9): one advancement enters at most ``WORK_CAP`` steps without a task; past that
 the step is written ``pending`` and due now, and the wait loop continues in a new
 transaction. A map starts at most ``max_concurrency`` items per advancement (≤ 1,000).
+An instance makes at most ``max_step_executions`` step executions in all (items and rounds
+included); the one that would pass it fails the instance, ``step_limit_exceeded``.
 """
 
 from __future__ import annotations
@@ -82,8 +84,10 @@ class Advance:
         now: datetime,
         *,
         max_params_bytes: int = 1 << 20,
+        max_step_executions: int = 200_000,
     ) -> None:
         self.tx = tx
+        self.max_step_executions = max_step_executions
         self._tasks = tasks
         self.definition = definition
         self.wf = workflow
@@ -187,6 +191,8 @@ class Advance:
         self, step_id: str, *, parent_key: str | None, branch: str | None, prev: Any
     ) -> None:
         """A new execution of ``step_id``, begun now or (past the work cap) due now."""
+        if await self.over_limit(1):
+            return
         step = self.definition.steps[step_id]
         visit = int(self.context["visits"].get(step_id, 0)) + 1
         self.context["visits"][step_id] = visit
@@ -198,6 +204,19 @@ class Advance:
             self.put(row, due_at=self.now, wake_at=self.now)
             return
         await self.begin(row)
+
+    async def over_limit(self, more: int) -> bool:
+        """Whether ``more`` step executions would take the instance past its limit; if so it
+        ends ``failed`` (``step_limit_exceeded``) instead."""
+        made = int(self.context["seq"])
+        if made + more <= self.max_step_executions:
+            return False
+        message = (
+            f"the workflow made {made} step executions and needs {more} more; an instance may "
+            f"make at most {self.max_step_executions} (ORBIT_WORKFLOW_MAX_STEP_EXECUTIONS)"
+        )
+        await self.finish(WorkflowState.FAILED, error=_failed("step_limit_exceeded", message))
+        return True
 
     async def begin(self, row: StepRecord) -> None:
         """Start a pending execution according to its step's kind."""
@@ -330,6 +349,8 @@ class Advance:
         if not items:
             await self.complete(row, Outcome.SUCCEEDED, output=[])
             return
+        if await self.over_limit(len(items)):
+            return
         self._items[row.key] = items
         if row.key not in self._new:  # begun after a wait: its row exists, without items
             await store.workflow_step_set_items(self.tx, self.wf.id, row.key, items)
@@ -416,6 +437,8 @@ class Advance:
     async def next_round(self, row: StepRecord) -> None:
         step = self.definition.steps[row.step]
         assert isinstance(step, PollStep)
+        if await self.over_limit(1):
+            return
         try:
             self._start_round(row, step)
         except ExpressionFailed as exc:

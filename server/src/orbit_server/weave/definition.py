@@ -300,6 +300,12 @@ def check(body: Body) -> Definition:
         unreached = ids - _reachable(first, {s.id: s for s in items})
         for step_id in sorted(unreached):
             reasons.append(f"step {step_id!r} cannot be reached from {first!r}")
+        loop = _idle_loop(items)
+        if loop:
+            reasons.append(
+                f"steps {' -> '.join(map(repr, loop))} form a loop without a task, map, poll "
+                "or signal step in it, which nothing could end"
+            )
     exprs = _compile_all(body, steps, reasons)
     for step in steps.values():
         if isinstance(step, TimerStep) and (step.duration_ms is None) == (step.until is None):
@@ -342,6 +348,48 @@ def _reachable(first: str, by_id: dict[str, Step]) -> set[str]:
                 seen.add(target)
                 todo.append(target)
     return seen
+
+
+def _waits_for_work(step: Step) -> bool:
+    """Whether an execution of ``step`` takes in something from outside the definition (a
+    task's result, a signal): a parallel step does when one of its branches does."""
+    if isinstance(step, TaskStep | MapStep | PollStep | SignalStep):
+        return True
+    if isinstance(step, ParallelStep):
+        return any(_waits_for_work(inner) for b in step.branches for inner in b.steps)
+    return False
+
+
+def _idle_loop(items: list[Step]) -> list[str]:
+    """A cycle of one step list through steps that take nothing in from outside (choices,
+    timers, succeed/fail, parallel steps of such branches), as the ids along it; [] when
+    there is none. Expressions see no clock and such steps add nothing new to what they
+    see, so an instance that goes round such a loop twice goes round it forever."""
+    by_id = {s.id: s for s in items if not _waits_for_work(s)}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(step_id: str, path: list[str]) -> list[str]:
+        state[step_id] = 1
+        path.append(step_id)
+        for _, target in _targets(by_id[step_id]):
+            if target not in by_id:
+                continue
+            if state.get(target) == 1:
+                return [*path[path.index(target) :], target]
+            if target not in state:
+                found = visit(target, path)
+                if found:
+                    return found
+        path.pop()
+        state[step_id] = 2
+        return []
+
+    for step_id in by_id:
+        if step_id not in state:
+            found = visit(step_id, [])
+            if found:
+                return found
+    return []
 
 
 BASE = frozenset({"input", "steps"})

@@ -102,8 +102,10 @@ class WorkflowService(Control):
         *,
         max_params_bytes: int = 1 << 20,
         max_task_timeout_ms: int = 86_400_000,
+        max_step_executions: int = 200_000,
     ) -> None:
         self._db = db
+        self._max_step_executions = max_step_executions
         self._max_params_bytes = max_params_bytes
         self._max_task_timeout_ms = max_task_timeout_ms
         self._clock = clock
@@ -321,8 +323,9 @@ class WorkflowService(Control):
                 tx, workflow.scope, workflow.definition, workflow.version
             )
         return Advance(
-            tx, self._tasks, definition, workflow, now, max_params_bytes=self._max_params_bytes
-        )
+            tx, self._tasks, definition, workflow, now, max_params_bytes=self._max_params_bytes,
+            max_step_executions=self._max_step_executions,
+        )  # fmt: skip
 
     async def fail_alone(
         self,
