@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 from orbit_server.pulse.fire_times import (
+    EARLIEST,
+    LATEST,
     InvalidTiming,
+    check_instant,
     cron,
     fire_times,
     interval,
@@ -147,3 +150,60 @@ def test_timings_no_schedule_can_use_are_refused_with_a_reason(
 def test_fire_times_need_aware_instants() -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
         fire_times(cron("* * * * *"), datetime(2026, 1, 1), limit=1)
+
+
+# -- the ends of the calendar --------------------------------------------------------------------
+
+EDGE_ZONES = ("UTC", "Pacific/Kiritimati", "Pacific/Pago_Pago", "America/New_York")
+EDGE_CRONS = ("* * * * *", "*/20 * * * * *", "0 0 * 2 1#5", "0 0 L * *", "0 0 29 2 *", "0 3 * * *")
+
+
+@pytest.mark.parametrize("zone", EDGE_ZONES)
+@pytest.mark.parametrize("expression", EDGE_CRONS)
+def test_cron_fire_times_near_the_ends_of_the_calendar_stop_without_an_error(
+    zone: str, expression: str
+) -> None:
+    timing = cron(expression, zone)
+    for after in (
+        datetime(9998, 12, 1, tzinfo=UTC),
+        datetime(9998, 12, 31, 23, 59, 59, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+        datetime.max.replace(tzinfo=timezone(timedelta(hours=-14))),
+        datetime.min.replace(tzinfo=timezone(timedelta(hours=14))),
+        datetime.min.replace(tzinfo=UTC),
+    ):
+        found = fire_times(timing, after, limit=10)
+        assert all(EARLIEST <= moment < LATEST for moment in found), (after, found)
+        assert found == sorted(set(found))
+
+
+def test_an_interval_near_the_end_of_the_calendar_has_fewer_fire_times_and_no_error() -> None:
+    hourly = interval(timedelta(hours=1), at("9998-12-31 21:30"))
+    assert fmt(fire_times(hourly, at("9998-12-31 21:00"), limit=100)) == [
+        "12-31 21:30:00", "12-31 22:30:00", "12-31 23:30:00",
+    ]  # fmt: skip
+    assert fire_times(hourly, datetime.max.replace(tzinfo=UTC), limit=5) == []
+    yearly = interval(timedelta(days=366), at("1970-01-01 00:00"))
+    assert fire_times(yearly, datetime.min.replace(tzinfo=UTC), limit=1) == [EARLIEST]
+    # Anchors from before the range (stored before they were refused): fire times within it.
+    ancient = interval(timedelta(days=1), at("1000-01-01 10:00"))
+    assert fire_times(ancient, datetime.min.replace(tzinfo=UTC), limit=1) == [
+        at("1970-01-01 10:00")
+    ]
+    assert fire_times(ancient, at("2030-01-01 11:00"), limit=1) == [at("2030-01-02 10:00")]
+    first = interval(timedelta(days=1), datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14))))
+    assert fire_times(first, datetime.min.replace(tzinfo=UTC), limit=1)[0].year == 1970
+    assert len(fire_times(yearly, at("9990-01-01 00:00"), limit=100)) == 9
+
+
+def test_instants_outside_the_range_of_fire_times_are_refused_with_a_reason() -> None:
+    for moment in (
+        datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14))),
+        datetime(1969, 12, 31, 23, 59, 59, tzinfo=UTC),
+        LATEST,
+        datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC),
+    ):
+        with pytest.raises(InvalidTiming, match="start_at must be from 1970-01-01T00:00:00Z"):
+            check_instant("start_at", moment)
+    check_instant("start_at", EARLIEST)
+    check_instant("start_at", LATEST - timedelta(microseconds=1))
