@@ -51,6 +51,12 @@ def noop(ctx: TaskContext) -> dict:
     return {"n": ctx.params.get("n")}
 
 
+@worker.handler(queue="e2e", type="fair")
+def fair(ctx: TaskContext) -> None:
+    with LOG.open("a") as log:
+        log.write(f"fair {ctx.params['key']} {ctx.attempt} {os.getpid()}\\n")
+
+
 @worker.handler(queue="e2e", type="hold")
 def hold(ctx: TaskContext) -> dict:
     """Runs until the release file appears or the task is cancelled."""
@@ -194,6 +200,35 @@ def test_a_cancel_reaches_a_running_handler(cluster: Cluster) -> None:
         assert client.cancel_task(task_id, reason="stop").cancel_requested
         assert client.wait_for_task(task_id, timeout=30).state == "cancelled"
     assert [t for t, _, _ in cluster.events("cancelled")] == [task_id]
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_fairness_holds_for_small_claims_on_two_servers(cluster: Cluster, concurrency: int) -> None:
+    """The reproduction of a starved key: 30 tasks of A submitted before 5 of B while the
+    queue is paused, then one worker on each of two servers sharing the database, at
+    concurrency 1 and 2 — their credits come back one at a time, so every claim takes one or
+    two tasks. B's tasks start among the first ones, alternating with A's (SPEC P7)."""
+    url_a, url_b = cluster.server("a"), cluster.server("b")
+    with cluster.client(url_a) as client:
+        client.update_queue("e2e", paused=True)
+        tasks = client.submit_many(
+            [{"queue": "e2e", "type": "fair", "params": {"key": "A"}, "fairness_key": "A"}
+             for _ in range(30)]
+            + [{"queue": "e2e", "type": "fair", "params": {"key": "B"}, "fairness_key": "B"}
+               for _ in range(5)]
+        )  # fmt: skip
+        cluster.worker(url_a, concurrency=concurrency)
+        cluster.worker(url_b, concurrency=concurrency)
+        eventually(
+            lambda: sum(q.workers for q in client.list_queues() if q.name == "e2e") == 2,
+            "both workers to connect",
+        )
+        client.update_queue("e2e", paused=False)
+        for task in tasks:
+            assert client.wait_for_task(task.id, timeout=60).state == "succeeded"
+    order = "".join(key for key, _, _ in cluster.events("fair"))
+    assert sorted(order) == ["A"] * 30 + ["B"] * 5
+    assert order.index("B") < 4 and order.rindex("B") < 14, order
 
 
 def test_work_submitted_on_one_node_runs_on_a_worker_of_another(cluster: Cluster) -> None:

@@ -10,7 +10,9 @@ from datetime import timedelta
 import pytest
 
 from orbit_server.audit import Actor
+from orbit_server.bootstrap import build_node
 from orbit_server.clock import FakeClock
+from orbit_server.config import Settings
 from orbit_server.pulse.model import TaskSpec
 from orbit_server.pulse.retry import RetryPolicy
 from orbit_server.pulse.service import QueueSettings
@@ -269,6 +271,62 @@ async def test_fairness_rotates_between_keys(node: Node) -> None:
     assert b_ids <= claimed
 
 
+async def one_at_a_time(nodes: list[Node], claims: int) -> str:
+    """The fairness keys of ``claims`` claims of one task each, made in turn by ``nodes``,
+    each task completed before the next claim (a worker at concurrency 1)."""
+    order = ""
+    for i in range(claims):
+        node = nodes[i % len(nodes)]
+        leases = await claim(node, free=1)
+        if not leases:
+            break
+        [lease] = leases
+        order += lease.task.fairness_key or "-"
+        await node.workers.start(lease.ref)
+        assert await node.workers.complete(lease.ref, None) is Outcome.ACCEPTED
+    return order
+
+
+@pytest.mark.covers("fairness_cursor_set")
+@pytest.mark.parametrize("node_count", [1, 2])
+async def test_one_task_claims_alternate_between_keys_across_nodes(
+    node: Node, settings: Settings, clock: FakeClock, node_count: int
+) -> None:
+    """30 tasks of A submitted before 5 of B, then claims of one task each (a worker at
+    concurrency 1), on one node or on two sharing the database: B starts second, and the keys
+    alternate while both have work (SPEC P7)."""
+    nodes = [node] + [
+        await build_node(settings, db=node.db, clock=clock) for _ in range(1, node_count)
+    ]
+    await submit(node, 30, fairness_key="A")
+    await submit(node, 5, fairness_key="B")
+    order = await one_at_a_time(nodes, 35)
+    assert order[:10] == "ABABABABAB", order
+    assert order == "ABABABABAB" + "A" * 25
+
+
+async def test_priority_comes_before_the_rotation(node: Node) -> None:
+    """Keys take turns within a priority; a higher priority goes first whatever the key, and
+    also under a key beyond those a small claim reads."""
+    await submit(node, 3, fairness_key="A")
+    await submit(node, 3, fairness_key="B")
+    await submit(node, 2, fairness_key="C", priority=5)
+    await submit(node, 1, fairness_key="D", priority=7)
+    assert await one_at_a_time([node], 9) == "DCCABABAB"
+
+
+async def test_a_claim_of_several_tasks_shares_and_moves_the_rotation(node: Node) -> None:
+    await submit(node, 6, fairness_key="A")
+    await submit(node, 6, fairness_key="B")
+    await submit(node, 6, fairness_key="C")
+    first = await claim(node, free=4)
+    assert [lease.task.fairness_key for lease in first] == ["A", "B", "C", "A"]
+    second = await claim(node, free=2)  # goes on after A, the last key served
+    assert [lease.task.fairness_key for lease in second] == ["B", "C"]
+    third = await claim(node, free=1)
+    assert [lease.task.fairness_key for lease in third] == ["A"]
+
+
 async def test_a_fairness_key_met_outside_the_remembered_set_gets_its_share_next(
     node: Node,
 ) -> None:
@@ -503,7 +561,10 @@ async def test_the_claim_outlook_has_the_queue_and_which_types_have_work(node: N
         lambda tx: lstore.claim_outlook(tx, SCOPE, "emails", ["send", "bill", "idle", "send"])
     )
     assert queue is not None and (queue.name, queue.pending) == ("emails", 4)
-    assert spans == {"send": ("", ""), "bill": ("a", "b")}
+    assert spans == {
+        "send": lstore.KeySpan("", "", None),
+        "bill": lstore.KeySpan("a", "b", None),
+    }
     missing = await node.db.read(lambda tx: lstore.claim_outlook(tx, SCOPE, "nothing", ["send"]))
     assert missing == (None, {})
 

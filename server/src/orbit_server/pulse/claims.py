@@ -38,6 +38,22 @@ def _claim_order(c: Candidate) -> tuple[int, datetime, str]:
     return (-c.priority, c.run_at, c.task_id)
 
 
+def _rotated(candidates: list[Candidate], keys: Sequence[str]) -> list[Candidate]:
+    """``candidates`` in fair order: by priority, then by turn (within a priority, a key's
+    first task is its turn 0, its second turn 1, …), then by the key's place in ``keys`` — the
+    rotation's order, starting after where it stands; keys outside it come after, in key
+    order."""
+    place = {key: i for i, key in enumerate(keys)}
+    turn: dict[tuple[int, str], int] = defaultdict(int)
+    ranked: list[tuple[int, int, int, str, Candidate]] = []
+    for c in sorted(candidates, key=_claim_order):
+        key = c.fairness_key
+        ranked.append((-c.priority, turn[(c.priority, key)], place.get(key, len(keys)), key, c))
+        turn[(c.priority, key)] += 1
+    ranked.sort(key=lambda r: r[:4])
+    return [r[4] for r in ranked]
+
+
 @dataclass
 class ClaimWaits:
     """The results in flight whose room a claim transaction plans with (decision 0011). Once
@@ -52,14 +68,14 @@ class ClaimWaits:
 
 class Claims:
     """The claim half of the worker-side service, one per node: what it remembers between
-    claims (the fairness rotation, the types' fairness key sets, room under limits that its
-    claims in flight are taking) is the node's own and only saves work or a rerun."""
+    claims (the types' fairness key sets, room under limits that its claims in flight are
+    taking) is the node's own and only saves work or a rerun. The fairness rotation itself is
+    in the database (``fairness_cursors``), shared by every node's claims."""
 
     def __init__(self, db: Database, clock: Clock, *, lease: timedelta) -> None:
         self._db = db
         self._clock = clock
         self._lease = lease
-        self._rotation: dict[tuple[Scope, str, str], str] = {}
         # (scope, queue, type) → its whole set of fairness keys with ready work, and when read
         self._key_sets: dict[tuple[Scope, str, str], tuple[list[str], float]] = {}
         # Room under a queue's concurrency limit that this node's claims in flight may use:
@@ -173,7 +189,7 @@ class Claims:
                     self._claiming[room] += take
                 got = await self._claim_one(
                     tx, scope, request.session, want, queue, take, token, now,
-                    one_key=span[0] == span[1], waits=waits,
+                    span=span, waits=waits,
                 )  # fmt: skip
                 leases.extend(got)
                 budget -= len(got)
@@ -193,7 +209,7 @@ class Claims:
         token: str,
         now: datetime,
         *,
-        one_key: bool,
+        span: lstore.KeySpan,
         waits: ClaimWaits,
     ) -> list[Lease]:
         # Read as many rows as the claim takes: admission keeps keys without free permits and
@@ -201,8 +217,11 @@ class Claims:
         # a row is rarely refused. When a full read still leaves the batch short, read once
         # more, deeper, so a blocked head of the queue does not hide claimable work behind it.
         scan = min(take, DEEP_SCAN)
+        one_key = span.first == span.last
         while True:
-            candidates = await self._fair_candidates(tx, scope, want, scan, one_key=one_key)
+            candidates = await self._fair_candidates(
+                tx, scope, want, scan, one_key=one_key, after=span.after
+            )
             chosen = await self._choose(tx, scope, want, queue, candidates, take, now)
             if len(chosen) >= take or len(candidates) < scan or scan >= DEEP_SCAN:
                 break
@@ -235,6 +254,12 @@ class Claims:
             await asyncio.wait(waits.futures, timeout=FREEING_WAIT_S)
         waits.closed = True  # from here on it holds the queue's row (see ClaimWaits)
         await self._count_claimed(tx, queue, len(leased), now)
+        moved = {t.id for t in leased}
+        served = [c.fairness_key for c in chosen if c.task_id in moved]
+        if not one_key and served and served[-1] != span.after:
+            # The rotation goes on after the last key this claim leased from, on every node;
+            # after the queue's row, the order in which every claim takes the two rows.
+            await lstore.fairness_cursor_set(tx, scope, want.queue, want.type, served[-1], now)
         return [
             Lease(LeaseRef(t.id, t.lease_epoch, token, session.session_id), t, expires_at)
             for t in leased
@@ -284,25 +309,22 @@ class Claims:
         return chosen
 
     async def _fair_candidates(
-        self, tx: Tx, scope: Scope, want: Want, scan: int, *, one_key: bool
+        self, tx: Tx, scope: Scope, want: Want, scan: int, *, one_key: bool, after: str | None
     ) -> list[Candidate]:
-        """Up to ``scan`` candidates, rotating over fairness keys: each key with ready work
-        gets an equal share first, then the rest is filled in plain claim order (SPEC P7).
-        ``one_key``: all ready work of the type has one fairness key, nothing to rotate."""
+        """Up to ``scan`` candidates in the order a claim takes them, rotating over fairness
+        keys (SPEC P7): priority first; within a priority, the keys take turns — each key's
+        first task, then each key's second, … — starting with the key after ``after`` (where
+        the rotation stands) and wrapping around, whatever the tasks' ages. So consecutive
+        claims of one task each alternate between the keys with ready work. ``one_key``: all
+        ready work of the type has one fairness key, nothing to rotate."""
         if one_key:
             return await lstore.ready_candidates(
                 tx, scope, want.queue, want.type, limit=scan, versions=want.versions
             )
         rotation = (scope, want.queue, want.type)
         keys = await self._fairness_keys(
-            tx, scope, want, limit=min(FAIRNESS_KEYS_PER_CLAIM, max(scan, 2))
+            tx, scope, want, limit=min(FAIRNESS_KEYS_PER_CLAIM, max(scan, 2)), after=after
         )
-        if keys:
-            # The next claim starts after the last key this one reached: rotation across more
-            # keys than one claim can visit. A per-node memory; losing it only resets the order.
-            self._rotation[rotation] = keys[-1]
-            if len(self._rotation) > 10_000:
-                self._rotation.clear()
         if len(keys) <= 1:
             return await lstore.ready_candidates(
                 tx, scope, want.queue, want.type, limit=scan, versions=want.versions
@@ -319,36 +341,26 @@ class Claims:
             versions=want.versions,
         ):
             picked[c.task_id] = c
-        if len(picked) < scan:
-            known = set(keys)
-            for c in await lstore.ready_candidates(
-                tx, scope, want.queue, want.type, limit=scan, versions=want.versions
-            ):
-                picked.setdefault(c.task_id, c)
-                if c.fairness_key not in known:  # a key the remembered set lacks: read it anew
-                    self._key_sets.pop(rotation, None)
-        # Interleave keys so the first ``take`` rows alternate between them; within each round
-        # the keys go by their next task's claim order, so priority still counts across keys.
-        per_key: dict[str, list[Candidate]] = defaultdict(list)
-        for c in sorted(picked.values(), key=_claim_order):
-            per_key[c.fairness_key].append(c)
-        ordered: list[Candidate] = []
-        while per_key:
-            heads = sorted((queue[0] for queue in per_key.values()), key=_claim_order)
-            for head in heads:
-                ordered.append(per_key[head.fairness_key].pop(0))
-                if not per_key[head.fairness_key]:
-                    del per_key[head.fairness_key]
-        return ordered
+        # The head of the plain claim order too: the rest of the batch, and a task of higher
+        # priority under a key that this claim's share of keys does not reach.
+        known = set(keys)
+        for c in await lstore.ready_candidates(
+            tx, scope, want.queue, want.type, limit=scan, versions=want.versions
+        ):
+            picked.setdefault(c.task_id, c)
+            if c.fairness_key not in known:  # a key the remembered set lacks: read it anew
+                self._key_sets.pop(rotation, None)
+        return _rotated(list(picked.values()), keys)
 
-    async def _fairness_keys(self, tx: Tx, scope: Scope, want: Want, *, limit: int) -> list[str]:
+    async def _fairness_keys(
+        self, tx: Tx, scope: Scope, want: Want, *, limit: int, after: str | None
+    ) -> list[str]:
         """Up to ``limit`` fairness keys with ready work, in key order after the rotation
         point (wrapping around). Reading them costs an index seek per key; when a read finds
         the type's whole set (fewer than ``limit``), the set is reused for up to
         ``FAIRNESS_KEY_SET_S`` — a key that appears meanwhile is served in plain claim order
         until then, or read at once when a claim meets one of its tasks."""
         rotation = (scope, want.queue, want.type)
-        after = self._rotation.get(rotation)
         remembered = self._key_sets.get(rotation)
         now = time.monotonic()
         if remembered is not None and now - remembered[1] < FAIRNESS_KEY_SET_S:

@@ -98,20 +98,35 @@ def _json(value: Any) -> str | None:
     return None if value is None else msgspec.json.encode(value).decode()
 
 
+@dataclass(frozen=True, slots=True)
+class KeySpan:
+    """The fairness keys of one type's claimable work: the first and the last (equal when it
+    has one key only), and the key the rotation last leased from (None: not begun)."""
+
+    first: str
+    last: str
+    after: str | None
+
+
 async def claim_outlook(
     tx: Tx, scope: Scope, queue: str, types: Sequence[str]
-) -> tuple[QueueRecord | None, dict[str, tuple[str, str]]]:
+) -> tuple[QueueRecord | None, dict[str, KeySpan]]:
     """What a claim needs to know first, in one statement: the queue (None if it does not
-    exist), and for each of ``types`` with claimable work its first and last fairness key
-    (equal when it has one key only); types without work are absent."""
+    exist), and for each of ``types`` with claimable work its span of fairness keys; types
+    without work are absent."""
     found: QueueRecord | None = None
-    spans: dict[str, tuple[str, str]] = {}
+    spans: dict[str, KeySpan] = {}
     for part in chunks(sorted(set(types)), HEADS_PER_STATEMENT):
         many = [{**_scope(scope), "queue": queue, "type": t} for t in part]
         for row in await tx.fetch_union("claim_outlook", many):
             found = found or queue_from_row(row)
             if row["first_key"] is not None:
-                spans[str(row["type"])] = (str(row["first_key"]), str(row["last_key"]))
+                after = row["fair_after"]
+                spans[str(row["type"])] = KeySpan(
+                    str(row["first_key"]),
+                    str(row["last_key"]),
+                    None if after is None else str(after),
+                )
     return found, spans
 
 
@@ -141,6 +156,16 @@ async def ready_fairness_keys(
             keys.append(key)
             key = await next_key(key)
     return keys
+
+
+async def fairness_cursor_set(
+    tx: Tx, scope: Scope, queue: str, type_: str, after_key: str, now: datetime
+) -> None:
+    """Move the type's fairness rotation: the next claim starts after ``after_key``."""
+    await tx.execute(
+        "fairness_cursor_set",
+        {**_scope(scope), "queue": queue, "type": type_, "after_key": after_key, "now": now},
+    )
 
 
 async def ready_candidates(

@@ -261,6 +261,7 @@ CREATE TABLE IF NOT EXISTS schedules (
   queued_fire_at DATETIME(6) NULL,
   created_at DATETIME(6) NOT NULL,
   updated_at DATETIME(6) NOT NULL,
+  failure VARCHAR(500) NULL,
   PRIMARY KEY (id),
   UNIQUE KEY schedules_name (tenant, environment, name),
   KEY schedules_due (due_at)
@@ -295,6 +296,7 @@ CREATE TABLE IF NOT EXISTS schedule_backfills (
   existing INT NOT NULL DEFAULT 0,
   created_at DATETIME(6) NOT NULL,
   finished_at DATETIME(6) NULL,
+  failure VARCHAR(500) NULL,
   PRIMARY KEY (id),
   KEY schedule_backfills_state (state, created_at),
   KEY schedule_backfills_schedule (schedule_id, created_at)
@@ -385,4 +387,15 @@ CREATE TABLE IF NOT EXISTS workflow_signals (
   PRIMARY KEY (id),
   UNIQUE KEY workflow_signals_once (workflow_id, idempotency_key),
   KEY workflow_signals_pending (workflow_id, state, name, id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- Fairness rotation per queue and type (SPEC P7).
+CREATE TABLE IF NOT EXISTS fairness_cursors (
+  tenant VARCHAR(64) NOT NULL,
+  environment VARCHAR(64) NOT NULL,
+  queue VARCHAR(128) NOT NULL,
+  type VARCHAR(128) NOT NULL,
+  after_key VARCHAR(128) NOT NULL,
+  updated_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (tenant, environment, queue, type)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

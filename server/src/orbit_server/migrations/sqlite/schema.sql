@@ -288,6 +288,7 @@ CREATE TABLE IF NOT EXISTS schedules (
   queued_fire_at TEXT NULL,
   created_at TEXT NOT NULL,
   updated_at TEXT NOT NULL,
+  failure TEXT NULL,
   PRIMARY KEY (id)
 );
 
@@ -324,6 +325,7 @@ CREATE TABLE IF NOT EXISTS schedule_backfills (
   existing INTEGER NOT NULL DEFAULT 0,
   created_at TEXT NOT NULL,
   finished_at TEXT NULL,
+  failure TEXT NULL,
   PRIMARY KEY (id)
 );
 
@@ -422,3 +424,14 @@ CREATE UNIQUE INDEX IF NOT EXISTS workflow_signals_once ON workflow_signals (wor
 CREATE INDEX IF NOT EXISTS workflow_signals_pending ON workflow_signals (workflow_id, state, name, id);
 
 CREATE INDEX IF NOT EXISTS task_events_owned ON task_events (owner_kind, processed, id);
+
+-- Fairness rotation per queue and type (SPEC P7).
+CREATE TABLE IF NOT EXISTS fairness_cursors (
+  tenant TEXT NOT NULL,
+  environment TEXT NOT NULL,
+  queue TEXT NOT NULL,
+  type TEXT NOT NULL,
+  after_key TEXT NOT NULL,
+  updated_at TEXT NOT NULL,
+  PRIMARY KEY (tenant, environment, queue, type)
+);

@@ -5,7 +5,8 @@ DELETE FROM task_ready WHERE task_id IN (:task_ids)
 
 -- name: claim_outlook
 -- The queue, and whether a type has claimable work and over how many fairness keys (first =
--- last: one): two index seeks a type, every type of a claim in one statement (a union).
+-- last: one), and where its fairness rotation stands: three index seeks a type, every type of
+-- a claim in one statement (a union).
 SELECT q.tenant, q.environment, q.name, q.paused, q.concurrency_limit, q.key_concurrency,
        q.max_pending, q.pending, q.active, q.created_at, q.updated_at, :type AS type,
        (SELECT fairness_key FROM task_ready
@@ -13,7 +14,10 @@ SELECT q.tenant, q.environment, q.name, q.paused, q.concurrency_limit, q.key_con
          ORDER BY fairness_key LIMIT 1) AS first_key,
        (SELECT fairness_key FROM task_ready
          WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND type = :type
-         ORDER BY fairness_key DESC LIMIT 1) AS last_key
+         ORDER BY fairness_key DESC LIMIT 1) AS last_key,
+       (SELECT after_key FROM fairness_cursors
+         WHERE tenant = :tenant AND environment = :environment AND queue = :queue
+           AND type = :type) AS fair_after
   FROM queues q WHERE q.tenant = :tenant AND q.environment = :environment AND q.name = :queue
 
 -- name: ready_first_fairness_key
@@ -127,3 +131,10 @@ SELECT concurrency_key, active FROM key_permits
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue
    AND concurrency_key IN (:keys)
  ORDER BY concurrency_key
+
+-- name: fairness_cursor_set
+-- Written after the claim's count of the queue's row, so claims take the two rows in one order.
+INSERT INTO fairness_cursors (tenant, environment, queue, type, after_key, updated_at)
+VALUES (:tenant, :environment, :queue, :type, :after_key, :now)
+ON CONFLICT (tenant, environment, queue, type)
+DO UPDATE SET after_key = excluded.after_key, updated_at = excluded.updated_at
