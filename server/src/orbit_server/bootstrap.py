@@ -94,6 +94,7 @@ async def build_node(
     scheduler = Scheduler(
         db, clock, tasks, misfire_ms=settings.schedule_misfire_ms,
         batch=settings.schedule_batch, backfill_budget=settings.schedule_backfill_budget,
+        backfill_max_slots=settings.schedule_backfill_max_slots,
     )  # fmt: skip
     schedules = ScheduleService(db, clock, audit_writer, tasks)
     if settings.has_role(ServerRole.SCHEDULER):

@@ -134,6 +134,9 @@ class Settings:
     audit_retention_ms: int = _setting(
         365 * 86_400_000, "How long audit records are kept", minimum=86_400_000
     )
+    schedule_backfill_max_slots: int = _setting(
+        10_000, "Most slots one backfill may cover (a larger range is refused)", minimum=1
+    )
     workflow_max_step_executions: int = _setting(
         200_000,
         "Most step executions (map items and poll rounds included) one workflow instance may "

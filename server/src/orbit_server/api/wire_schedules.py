@@ -106,6 +106,7 @@ class Schedule(msgspec.Struct, omit_defaults=True):
     recent: list[Fire]
     created_at: str
     updated_at: str
+    failure: str | None
     preview: list[str] | UnsetType = UNSET
 
     @classmethod
@@ -133,6 +134,7 @@ class Schedule(msgspec.Struct, omit_defaults=True):
             recent=[Fire.of(f) for f in view.recent],
             created_at=to_rfc3339(s.created_at) or "",
             updated_at=to_rfc3339(s.updated_at) or "",
+            failure=s.failure,
             preview=UNSET if view.preview is None else [to_rfc3339(t) or "" for t in view.preview],
         )
 
@@ -158,6 +160,7 @@ class Backfill(msgspec.Struct):
     existing: int
     created_at: str
     finished_at: str | None
+    failure: str | None
 
     @classmethod
     def of(cls, b: BackfillRecord) -> Backfill:
@@ -172,6 +175,7 @@ class Backfill(msgspec.Struct):
             existing=b.existing,
             created_at=to_rfc3339(b.created_at) or "",
             finished_at=to_rfc3339(b.finished_at),
+            failure=b.failure,
         )
 
 

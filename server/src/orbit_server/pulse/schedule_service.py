@@ -17,7 +17,7 @@ from orbit_server.audit import Actor, AuditWriter
 from orbit_server.clock import Clock, to_rfc3339
 from orbit_server.errors import AlreadyExists, InvalidRequest, NotFound, StateConflict
 from orbit_server.ids import new_id
-from orbit_server.pulse.fire_times import InvalidTiming, Timing
+from orbit_server.pulse.fire_times import InvalidTiming, Timing, check_instant
 from orbit_server.pulse.model import Owner
 from orbit_server.pulse.schedules import (
     Catchup,
@@ -26,6 +26,8 @@ from orbit_server.pulse.schedules import (
     Outcome,
     Overlap,
     TimingSpec,
+    backfill_count,
+    backfill_range,
     due_at,
     first_slot,
     max_time,
@@ -65,8 +67,12 @@ def definition_of(s: ScheduleRecord) -> Definition:
     )
 
 
-def compiled(definition: Definition, created_at: datetime) -> Timing:
+def compiled(definition: Definition, created_at: datetime, *, given: bool = False) -> Timing:
+    """The definition's timing; ``given``: a definition a caller gives (not one stored), whose
+    times must be within the range of fire times."""
     try:
+        if given:
+            definition.check_times()
         return definition.check(created_at)
     except (InvalidTiming, ValueError) as exc:
         raise InvalidRequest(str(exc)) from None
@@ -96,7 +102,7 @@ class ScheduleService:
         """The new schedule and True; the existing one and False when a schedule of that name
         has the same definition; ``409 already_exists`` when its definition differs."""
         now = self._clock.now()
-        timing = compiled(definition, now)
+        timing = compiled(definition, now, given=True)
         nxt = first_slot(timing, now, definition.start_at, definition.end_at)
         record = ScheduleRecord(
             id=new_id("sch_"), scope=scope, name=name, version=1,
@@ -214,7 +220,7 @@ class ScheduleService:
                 k: v for k, v in changes.items() if k not in ("cron", "timezone", "interval_ms")
             }
             after = dataclasses.replace(before, timing=timing, **rest)
-            new_timing = compiled(after, s.created_at)
+            new_timing = compiled(after, s.created_at, given=True)
             old, new = _described(before), _described(after)
             changed = {
                 field: {"from": old[field], "to": value}
@@ -318,11 +324,10 @@ class ScheduleService:
                 recorded_at=now,
             )  # fmt: skip
             await sstore.fires_insert(tx, [fire])
-            await sstore.schedules_advance(
-                tx,
-                [Position(s.id, s.next_fire_at, s.due_at, now, task[0].id, s.queued_fire_at)],
-                now,
+            stays = Position(
+                s.id, s.next_fire_at, s.due_at, now, task[0].id, s.queued_fire_at, s.failure
             )
+            await sstore.schedules_advance(tx, [stays], now)
             await self._audit.record(
                 tx, scope=scope, actor=actor, action="schedule.trigger", target_kind="schedule",
                 target_id=name, details={"task_id": task[0].id},
@@ -334,15 +339,49 @@ class ScheduleService:
         return fire
 
     async def backfill(
-        self, scope: Scope, name: str, start: datetime, end: datetime, *, actor: Actor
+        self,
+        scope: Scope,
+        name: str,
+        start: datetime,
+        end: datetime,
+        *,
+        actor: Actor,
+        max_slots: int = 10_000,  # ORBIT_SCHEDULE_BACKFILL_MAX_SLOTS
+        admit: Callable[[int], None] = lambda slots: None,
     ) -> BackfillRecord:
         """Ask the scheduler to fire every slot in ``[start, end)`` that has no task yet, in
-        budgeted passes; slots with a task are left alone, so repeating it is harmless."""
+        budgeted passes; slots with a task are left alone, so repeating it is harmless.
+
+        A range of more than ``max_slots`` slots is refused with the count; ``admit`` is
+        given the count before anything is written (the submit limits: it raises to refuse).
+        """
         now = self._clock.now()
+        for field, moment in (("from", start), ("to", end)):
+            try:
+                check_instant(f"a backfill's {field}", moment)
+            except InvalidTiming as exc:
+                raise InvalidRequest(str(exc), details={"field": field}) from None
         if end <= start:
             raise InvalidRequest("a backfill's to must be after its from")
         if end > now:
             raise InvalidRequest("a backfill covers past time only: to must not be in the future")
+
+        async def read(tx: Tx) -> ScheduleRecord:
+            return await self._find(tx, scope, name)
+
+        s = await self._db.read(read)
+        first, last = backfill_range(
+            start, end, start_at=s.start_at, end_at=s.end_at, next_fire_at=s.next_fire_at
+        )
+        slots, exact = backfill_count(compiled(definition_of(s), s.created_at), first, last)
+        if slots > max_slots:
+            about = "" if exact else "about "
+            raise InvalidRequest(
+                f"the range holds {about}{slots} slots; a backfill covers at most {max_slots}: "
+                "split it into shorter ranges",
+                details={"slots": slots, "exact": exact, "max_slots": max_slots},
+            )
+        admit(slots)
 
         async def unit(tx: Tx) -> BackfillRecord:
             s = await self._find(tx, scope, name, lock=True)

@@ -10,6 +10,11 @@ once across nodes and restarts, and it is written with the slot's task or not at
 Between passes the node waits for the earliest due time it knows of: a small in-memory index
 read from the schedules' due index after every pass, never trusted beyond ``refresh_s`` and
 rebuilt from the database after a restart.
+
+One schedule or backfill that cannot be fired fails alone: a schedule whose pass raises is
+passed again by itself and, failing again, is set aside for ``RETRY_BROKEN`` with the reason
+in its ``failure``; a backfill whose step raises ends ``failed`` with its reason. The others
+go on, and no error of one of them stops the loop.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from orbit_server.clock import Clock
-from orbit_server.errors import QueueFull
+from orbit_server.errors import QueueFull, TransientError
 from orbit_server.pulse.fire_times import InvalidTiming, Timing
 from orbit_server.pulse.model import Owner
 from orbit_server.pulse.schedule_service import definition_of
@@ -33,9 +38,8 @@ from orbit_server.pulse.schedules import (
     Overlap,
     PassInput,
     Plan,
+    backfill_range,
     backfill_slots,
-    max_time,
-    min_time,
     plan_pass,
     task_spec,
 )
@@ -56,7 +60,11 @@ RETRY_FULL = timedelta(seconds=1)  # a schedule whose queue is full tries again 
 RETRY_BROKEN = timedelta(minutes=1)  # a schedule whose timing cannot be read (zone data gone)
 BACKFILL_CANDIDATES = 8  # running backfills a step looks at for one whose queue has room
 UNSETTLED = (TaskState.SCHEDULED, TaskState.PENDING, TaskState.LEASED, TaskState.RUNNING)
-_US = timedelta(microseconds=1)
+# What a schedule's or a backfill's failure says when the cause is internal (it is logged with
+# the schedule's name and id, never shown).
+INTERNAL_FAILURE = (
+    "the scheduler failed to fire it (an internal error; the server log has the cause)"
+)
 
 Created = list[tuple[Scope, list[Submitted], list[AdmissionNote]]]
 
@@ -92,6 +100,7 @@ class Scheduler:
         misfire_ms: int = 60_000,
         batch: int = 500,
         backfill_budget: int = 500,
+        backfill_max_slots: int = 10_000,
         slots_per_schedule: int = 1000,
     ) -> None:
         self._db = db
@@ -100,6 +109,7 @@ class Scheduler:
         self._misfire = timedelta(milliseconds=misfire_ms)
         self.batch = batch
         self.backfill_budget = backfill_budget
+        self.backfill_max_slots = backfill_max_slots
         self._slots = slots_per_schedule
         self._timings: dict[tuple[str, int], Timing] = {}
         self.changed = asyncio.Event()  # a local change: look again before the next due time
@@ -132,11 +142,55 @@ class Scheduler:
         (their slots grow late, and the catch-up policy decides them if they grow too late).
         """
         try:
-            return await self._run_due(careful=False)
-        except (QueueFull, DuplicateKey):
-            return await self._run_due(careful=True)
+            try:
+                return await self._run_due(careful=False, limit=self.batch)
+            except (QueueFull, DuplicateKey):
+                return await self._run_due(careful=True, limit=self.batch)
+        except TransientError:
+            raise
+        except Exception:
+            log.exception("scheduler pass failed; its schedules are passed one at a time")
+            return await self._run_one_by_one()
 
-    async def _run_due(self, *, careful: bool) -> PassReport:
+    async def _run_one_by_one(self) -> PassReport:
+        """Up to ``batch`` due schedules, each in a pass of its own: one that fails again is
+        set aside with its failure, and the others fire."""
+        total = PassReport()
+        for _ in range(self.batch):
+            seen: list[ScheduleRecord] = []
+            try:
+                report = await self._run_due(careful=True, limit=1, seen=seen)
+            except TransientError:
+                raise
+            except Exception:
+                if not seen:
+                    raise
+                log.exception("schedule cannot be fired; set aside", schedule=seen[0].name,
+                              id=seen[0].id)  # fmt: skip
+                await self._set_aside(seen[0].id, INTERNAL_FAILURE)
+                total.handled += 1
+                continue
+            if not report.handled:
+                break
+            total.handled += report.handled
+            total.outcomes.update(report.outcomes)
+            total.lags += report.lags
+        return total
+
+    async def _set_aside(self, schedule_id: str, failure: str) -> None:
+        """The schedule stays where it is, due again in ``RETRY_BROKEN``, with its failure."""
+
+        async def unit(tx: Tx) -> None:
+            s = await sstore.schedule_lock_by_id(tx, schedule_id)
+            if s is not None:
+                now = self._clock.now()
+                await sstore.schedules_advance(tx, [_stay(s, now + RETRY_BROKEN, failure)], now)
+
+        await self._db.run(unit)
+
+    async def _run_due(
+        self, *, careful: bool, limit: int, seen: list[ScheduleRecord] | None = None
+    ) -> PassReport:
         report = PassReport()
         created: Created = []
         fired_at: list[datetime] = []
@@ -146,7 +200,9 @@ class Scheduler:
             created.clear()
             fired_at.clear()
             now = self._clock.now()
-            schedules = await sstore.schedules_due_lock(tx, now, limit=self.batch)
+            schedules = await sstore.schedules_due_lock(tx, now, limit=limit)
+            if seen is not None:
+                seen[:] = schedules
             if not schedules:
                 return
             watched = [t for s in schedules if (t := _watched(s)) is not None]
@@ -155,25 +211,22 @@ class Scheduler:
             positions: list[Position] = []
             for s in schedules:
                 try:
-                    timing = self._timing(s)
-                except (InvalidTiming, ValueError) as exc:  # e.g. a zone the system lost
+                    plan = self._plan(s, now, previous_running=s.last_task_id in running)
+                except InvalidTiming as exc:  # e.g. a zone the system lost: says why
                     log.error("schedule cannot be planned", schedule=s.name, reason=str(exc))
-                    positions.append(_stay(s, now + RETRY_BROKEN))
+                    positions.append(_stay(s, now + RETRY_BROKEN, str(exc)))
                     continue
-                plan = plan_pass(
-                    PassInput(
-                        timing=timing, end_at=s.end_at, catchup=Catchup(s.catchup),
-                        catchup_max=s.catchup_max, overlap=Overlap(s.overlap), paused=s.paused,
-                        next_fire_at=s.next_fire_at, queued_fire_at=s.queued_fire_at,
-                        previous_running=s.last_task_id in running,
-                    ),
-                    now, misfire=self._misfire, budget=self._slots,
-                )  # fmt: skip
+                except Exception:
+                    log.exception("schedule cannot be planned", schedule=s.name, id=s.id)
+                    positions.append(_stay(s, now + RETRY_BROKEN, INTERNAL_FAILURE))
+                    continue
                 plans.append((s, plan))
             if careful:
                 await _drop_recorded(tx, plans)
                 held = await _held_back(tx, plans)
-                positions += [_stay(s, now + RETRY_FULL) for s, _ in plans if s.id in held]
+                positions += [
+                    _stay(s, now + RETRY_FULL, s.failure) for s, _ in plans if s.id in held
+                ]
                 plans = [(s, plan) for s, plan in plans if s.id not in held]
             fires: list[FireRecord] = []
             firing: list[_Fire] = []
@@ -215,6 +268,17 @@ class Scheduler:
             await self._tasks.announce(scope, submitted, notes)
         return report
 
+    def _plan(self, s: ScheduleRecord, now: datetime, *, previous_running: bool) -> Plan:
+        return plan_pass(
+            PassInput(
+                timing=self._timing(s), end_at=s.end_at, catchup=Catchup(s.catchup),
+                catchup_max=s.catchup_max, overlap=Overlap(s.overlap), paused=s.paused,
+                next_fire_at=s.next_fire_at, queued_fire_at=s.queued_fire_at,
+                previous_running=previous_running,
+            ),
+            now, misfire=self._misfire, budget=self._slots,
+        )  # fmt: skip
+
     def _build_tasks(self, firing: list[_Fire], now: datetime) -> dict[Scope, list[TaskRecord]]:
         """The tasks of the slots that fire, per scope; sets each slot's task id."""
         per_scope: defaultdict[Scope, list[_Fire]] = defaultdict(list)
@@ -247,22 +311,45 @@ class Scheduler:
         backfill could take a step."""
         report = PassReport()
         created: Created = []
+        stepping: list[BackfillRecord] = []
 
         async def unit(tx: Tx) -> None:
             report.handled, report.outcomes = 0, Counter()
             created.clear()
             now = self._clock.now()
             for backfill in await sstore.backfills_running_lock(tx, limit=BACKFILL_CANDIDATES):
+                stepping[:] = [backfill]
                 fired = await self._step(tx, backfill, now, created)
                 if fired is not None:
                     report.handled = 1
                     report.outcomes[str(Outcome.FIRED)] += fired
                     return
+            stepping.clear()
 
-        await self._db.run(unit)
+        try:
+            await self._db.run(unit)
+        except TransientError:
+            raise
+        except Exception:
+            if not stepping:
+                raise
+            failed = stepping[0]
+            log.exception("backfill cannot be stepped; it fails", schedule=failed.schedule,
+                          backfill=failed.id)  # fmt: skip
+            await self._fail_backfill(failed, INTERNAL_FAILURE)
+            return PassReport(handled=1)
         for scope, submitted, notes in created:
             await self._tasks.announce(scope, submitted, notes)
         return report
+
+    async def _fail_backfill(self, failed: BackfillRecord, failure: str) -> None:
+        async def unit(tx: Tx) -> None:
+            backfill = await sstore.backfill_get(tx, failed.schedule_id, failed.id)
+            if backfill is not None and backfill.state == "running":
+                now = self._clock.now()
+                await sstore.backfill_update(tx, _finished(backfill, "failed", now, failure))
+
+        await self._db.run(unit)
 
     async def _step(
         self, tx: Tx, backfill: BackfillRecord, now: datetime, created: Created
@@ -275,20 +362,28 @@ class Scheduler:
             return 0
         try:
             timing = self._timing(s)
-        except (InvalidTiming, ValueError) as exc:
+        except InvalidTiming as exc:
             log.error("backfill cannot be planned", schedule=s.name, reason=str(exc))
-            await sstore.backfill_update(tx, _finished(backfill, "failed", now))
+            await sstore.backfill_update(tx, _finished(backfill, "failed", now, str(exc)))
             return 0
         room = await _room(tx, s)
         budget = self.backfill_budget if room is None else min(self.backfill_budget, room)
         if budget <= 0:
             return None
-        # Within the schedule's bounds; slots from its next fire on are the due passes' to
-        # decide.
-        start = max_time(backfill.from_at, s.start_at)
-        end = min_time(backfill.to_at, s.next_fire_at)
-        if s.end_at is not None:
-            end = min_time(end, s.end_at + _US)
+        start, end = backfill_range(
+            backfill.from_at, backfill.to_at, start_at=s.start_at, end_at=s.end_at,
+            next_fire_at=s.next_fire_at,
+        )  # fmt: skip
+        # The range was counted when it was asked for; a timing changed since may hold more.
+        left = self.backfill_max_slots - backfill.fired - backfill.existing
+        if left < budget:
+            beyond = backfill_slots(timing, start, end, backfill.cursor_at, budget=left + 1)
+            if len(beyond) > left:
+                failure = f"it reached the most slots a backfill covers ({self.backfill_max_slots})"
+                log.warning("backfill stopped", schedule=s.name, backfill=backfill.id,
+                            reason=failure)  # fmt: skip
+                await sstore.backfill_update(tx, _finished(backfill, "failed", now, failure))
+                return 0
         slots = backfill_slots(timing, start, end, backfill.cursor_at, budget=budget)
         if not slots:
             await sstore.backfill_update(tx, _finished(backfill, "done", now))
@@ -343,10 +438,10 @@ def _moved(s: ScheduleRecord, plan: Plan) -> Position:
                     plan.queued_fire_at)  # fmt: skip
 
 
-def _stay(s: ScheduleRecord, due_at: datetime | None) -> Position:
+def _stay(s: ScheduleRecord, due_at: datetime | None, failure: str | None) -> Position:
     """The schedule stays where it is, due again at ``due_at``."""
     return Position(s.id, s.next_fire_at, due_at, s.last_fire_at, s.last_task_id,
-                    s.queued_fire_at)  # fmt: skip
+                    s.queued_fire_at, failure)  # fmt: skip
 
 
 async def _room(tx: Tx, s: ScheduleRecord) -> int | None:
@@ -420,5 +515,7 @@ def _ledger(
     )  # fmt: skip
 
 
-def _finished(backfill: BackfillRecord, state: str, now: datetime) -> BackfillRecord:
-    return replace(backfill, state=state, finished_at=now)
+def _finished(
+    backfill: BackfillRecord, state: str, now: datetime, failure: str | None = None
+) -> BackfillRecord:
+    return replace(backfill, state=state, finished_at=now, failure=failure)

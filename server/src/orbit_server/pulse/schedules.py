@@ -14,12 +14,24 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from orbit_server.pulse.fire_times import Timing, cron, fire_times, interval, next_fire
+from orbit_server.pulse.fire_times import (
+    Interval,
+    Timing,
+    check_instant,
+    cron,
+    fire_times,
+    interval,
+    just_after,
+    just_before,
+    next_fire,
+)
 from orbit_server.pulse.model import Owner, TaskSpec
 from orbit_server.pulse.retry import RetryPolicy
 from orbit_server.pulse.states import SideEffect
 
 MAX_CATCHUP = 1000
+# The slots of a cron backfill counted one by one before the rest are estimated from them.
+COUNTED_SLOTS = 200
 # A slot is never missed while it is at most this late, whatever the catch-up policy: a pass
 # that starts a little after a slot is a normal pass, not an outage.
 MISS_FLOOR = timedelta(seconds=1)
@@ -83,7 +95,7 @@ def first_slot(
     """The first slot after ``now`` (or at ``start_at``, if later) within the bounds."""
     after = now
     if start_at is not None and start_at > now:
-        after = start_at - timedelta(microseconds=1)
+        after = just_before(start_at)
     return next_fire(timing, after, until=end_at)
 
 
@@ -206,8 +218,50 @@ def backfill_slots(
 ) -> list[datetime]:
     """The next slots of a backfill of ``[start, end)`` after ``cursor`` (the last slot it
     handled), at most ``budget``."""
-    after = cursor if cursor is not None else start - timedelta(microseconds=1)
-    return fire_times(timing, after, until=end - timedelta(microseconds=1), limit=budget)
+    after = cursor if cursor is not None else just_before(start)
+    return fire_times(timing, after, until=just_before(end), limit=budget)
+
+
+def backfill_range(
+    start: datetime,
+    end: datetime,
+    *,
+    start_at: datetime | None,
+    end_at: datetime | None,
+    next_fire_at: datetime | None,
+) -> tuple[datetime, datetime]:
+    """The part of a backfill's ``[start, end)`` it fires: within the schedule's bounds and
+    before its next slot (from there on the due passes decide)."""
+    first = max_time(start, start_at)
+    last = min_time(end, next_fire_at)
+    if end_at is not None:
+        last = min_time(last, just_after(end_at))
+    return first, last
+
+
+def backfill_count(timing: Timing, start: datetime, end: datetime) -> tuple[int, bool]:
+    """How many slots ``[start, end)`` holds, and whether the count is exact. An interval's
+    count is; a cron timing's past its first ``COUNTED_SLOTS`` slots is estimated from their
+    pace over the rest of the range (walking millions of cron slots takes minutes)."""
+    if end <= start:
+        return 0, True
+    if isinstance(timing, Interval):
+        return _interval_count(timing, start, end), True
+    counted = backfill_slots(timing, start, end, None, budget=COUNTED_SLOTS + 1)
+    if len(counted) <= COUNTED_SLOTS:
+        return len(counted), True
+    span = counted[-1] - start  # COUNTED_SLOTS periods, and the wait for the first slot
+    return max(COUNTED_SLOTS + 1, int(COUNTED_SLOTS * ((end - start) / span))), False
+
+
+def _interval_count(timing: Interval, start: datetime, end: datetime) -> int:
+    """Fire times ``anchor + k * every`` (k >= 0) in ``[start, end)``."""
+    every = timing.every
+    first = 0 if start <= timing.anchor else -((timing.anchor - start) // every)
+    if end <= timing.anchor:
+        return 0
+    after_last = -((timing.anchor - end) // every)  # the first k whose slot is at or after end
+    return max(0, after_last - first)
 
 
 def min_time(a: datetime, b: datetime | None) -> datetime:
@@ -234,6 +288,14 @@ class Definition:
         if self.start_at is not None and self.end_at is not None and self.end_at <= self.start_at:
             raise ValueError("end_at must be after start_at")
         return self.timing.compile(self.start_at, created_at)
+
+    def check_times(self) -> None:
+        """Raises ``InvalidTiming`` for a ``start_at`` or ``end_at`` outside the range of fire
+        times. Checked when a definition is given, not when a stored one is read: the fire
+        times of one stored before the check are computed all the same."""
+        for name, moment in (("start_at", self.start_at), ("end_at", self.end_at)):
+            if moment is not None:
+                check_instant(name, moment)
 
 
 def task_spec(template: dict[str, Any], owner: Owner) -> TaskSpec:

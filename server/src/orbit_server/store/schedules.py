@@ -37,6 +37,7 @@ class ScheduleRecord:
     queued_fire_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    failure: str | None = None  # why the scheduler could not fire it at its last try
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,7 @@ class Position:
     last_fire_at: datetime | None
     last_task_id: str | None
     queued_fire_at: datetime | None
+    failure: str | None = None  # the pass could not plan it (None: it was planned)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,11 +75,12 @@ class BackfillRecord:
     from_at: datetime
     to_at: datetime
     cursor_at: datetime | None
-    state: str  # running | done | cancelled
+    state: str  # running | done | cancelled | failed
     fired: int
     existing: int
     created_at: datetime
     finished_at: datetime | None
+    failure: str | None = None  # why it failed
 
 
 def _scope(row: Row) -> Scope:
@@ -108,6 +111,7 @@ def schedule_from_row(row: Row) -> ScheduleRecord:
         queued_fire_at=row["queued_fire_at"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        failure=row["failure"],
     )
 
 
@@ -136,6 +140,7 @@ def _schedule_params(s: ScheduleRecord) -> dict[str, Any]:
         "queued_fire_at": s.queued_fire_at,
         "created_at": s.created_at,
         "updated_at": s.updated_at,
+        "failure": s.failure,
     }
 
 
@@ -200,7 +205,7 @@ async def schedules_advance(tx: Tx, positions: Sequence[Position], now: datetime
         rows = [
             {"id": p.id, "next_fire_at": p.next_fire_at, "due_at": p.due_at,
              "last_fire_at": p.last_fire_at, "last_task_id": p.last_task_id,
-             "queued_fire_at": p.queued_fire_at}
+             "queued_fire_at": p.queued_fire_at, "failure": p.failure}
             for p in positions
         ]  # fmt: skip
         await tx.execute("schedules_advance", {"rows_json": json_table_rows(rows), "now": now})
@@ -215,6 +220,7 @@ async def schedules_advance(tx: Tx, positions: Sequence[Position], now: datetime
                 "last_fire_at": p.last_fire_at,
                 "last_task_id": p.last_task_id,
                 "queued_fire_at": p.queued_fire_at,
+                "failure": p.failure,
                 "now": now,
             }
             for p in positions
@@ -339,6 +345,7 @@ def backfill_from_row(row: Row) -> BackfillRecord:
         existing=int(row["existing"]),
         created_at=row["created_at"],
         finished_at=row["finished_at"],
+        failure=row["failure"],
     )
 
 
@@ -357,6 +364,7 @@ def _backfill_params(b: BackfillRecord) -> dict[str, Any]:
         "existing": b.existing,
         "created_at": b.created_at,
         "finished_at": b.finished_at,
+        "failure": b.failure,
     }
 
 
@@ -376,7 +384,7 @@ async def backfills_of(tx: Tx, schedule_id: str, *, limit: int) -> list[Backfill
 
 
 async def backfill_update(tx: Tx, backfill: BackfillRecord) -> None:
-    """Write a backfill's progress: cursor, state, counts, finish time."""
+    """Write a backfill's progress: cursor, state, counts, finish time, failure."""
     await tx.execute("backfill_update", _backfill_params(backfill))
 
 

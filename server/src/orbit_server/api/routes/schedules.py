@@ -3,6 +3,7 @@ backfill, and the fire ledger."""
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -29,7 +30,7 @@ from orbit_server.api.wire_schedules import (
 )
 from orbit_server.api.wire_tasks import TaskSubmit, TaskTemplate
 from orbit_server.config import Settings
-from orbit_server.errors import InvalidRequest
+from orbit_server.errors import InvalidRequest, RateLimited
 from orbit_server.governance.keys import Principal, Role
 from orbit_server.pulse.schedules import Catchup, Definition, Overlap, TimingSpec
 from orbit_server.runtime.node import Node
@@ -46,6 +47,24 @@ def template_of(task: TaskTemplate, settings: Settings) -> dict[str, Any]:
     fields = msgspec.structs.asdict(task)
     to_spec(TaskSubmit(**fields), settings, None)
     return msgspec.to_builtins(task)  # type: ignore[no-any-return]
+
+
+def _take_backfill_quota(node: Node, principal: Principal, slots: int) -> None:
+    """A backfill's slots count against the key's submit rate, as a batch of that many tasks
+    would (``ORBIT_SUBMIT_RATE_PER_KEY``, ``ORBIT_SUBMIT_BURST_PER_KEY``)."""
+    wait_s = node.submit_limiter.take(principal.key_id, slots)
+    if wait_s == 0:
+        return
+    if math.isinf(wait_s):  # waiting cannot help: the range itself is too big
+        raise InvalidRequest(
+            f"the range holds {slots} slots; this key may submit at most "
+            f"{node.submit_limiter.burst:g} tasks at once: split it into shorter ranges",
+            details={"slots": slots, "burst": int(node.submit_limiter.burst)},
+        )
+    raise RateLimited(
+        f"this key submits faster than {node.submit_limiter.rate:g} tasks/s",
+        retry_after_s=max(1, math.ceil(wait_s)),
+    )
 
 
 async def _view(node: Node, principal: Principal, name: str) -> Schedule:
@@ -179,8 +198,10 @@ async def backfill_schedule(
 ) -> Backfill:
     principal.require(Role.OPERATOR)
     record = await node.schedules.backfill(
-        principal.scope, name, data.from_, data.to, actor=actor_of(principal)
-    )
+        principal.scope, name, data.from_, data.to, actor=actor_of(principal),
+        max_slots=node.settings.schedule_backfill_max_slots,
+        admit=lambda slots: _take_backfill_quota(node, principal, slots),
+    )  # fmt: skip
     return Backfill.of(record)
 
 

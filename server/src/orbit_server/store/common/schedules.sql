@@ -5,11 +5,11 @@
 INSERT INTO schedules (id, tenant, environment, name, version, cron, timezone, interval_ms, task,
                        catchup, catchup_max, overlap, start_at, end_at, paused, paused_reason,
                        next_fire_at, due_at, last_fire_at, last_task_id, queued_fire_at,
-                       created_at, updated_at)
+                       created_at, updated_at, failure)
 VALUES (:id, :tenant, :environment, :name, :version, :cron, :timezone, :interval_ms, :task,
         :catchup, :catchup_max, :overlap, :start_at, :end_at, :paused, :paused_reason,
         :next_fire_at, :due_at, :last_fire_at, :last_task_id, :queued_fire_at,
-        :created_at, :updated_at)
+        :created_at, :updated_at, :failure)
 
 -- name: schedule_get
 SELECT * FROM schedules WHERE tenant = :tenant AND environment = :environment AND name = :name
@@ -26,7 +26,8 @@ UPDATE schedules
        task = :task, catchup = :catchup, catchup_max = :catchup_max, overlap = :overlap,
        start_at = :start_at, end_at = :end_at, paused = :paused, paused_reason = :paused_reason,
        next_fire_at = :next_fire_at, due_at = :due_at, last_fire_at = :last_fire_at,
-       last_task_id = :last_task_id, queued_fire_at = :queued_fire_at, updated_at = :updated_at
+       last_task_id = :last_task_id, queued_fire_at = :queued_fire_at, updated_at = :updated_at,
+       failure = :failure
  WHERE id = :id
 
 -- name: schedule_delete
@@ -63,9 +64,10 @@ SELECT * FROM schedule_fires
 
 -- name: backfill_insert
 INSERT INTO schedule_backfills (id, schedule_id, tenant, environment, schedule, from_at, to_at,
-                                cursor_at, state, fired, existing, created_at, finished_at)
+                                cursor_at, state, fired, existing, created_at, finished_at,
+                                failure)
 VALUES (:id, :schedule_id, :tenant, :environment, :schedule, :from_at, :to_at, :cursor_at,
-        :state, :fired, :existing, :created_at, :finished_at)
+        :state, :fired, :existing, :created_at, :finished_at, :failure)
 
 -- name: backfill_get
 SELECT * FROM schedule_backfills WHERE id = :id AND schedule_id = :schedule_id
@@ -76,6 +78,7 @@ SELECT * FROM schedule_backfills WHERE schedule_id = :schedule_id
 
 -- name: backfill_update
 UPDATE schedule_backfills SET cursor_at = :cursor_at, state = :state, fired = :fired,
-                              existing = :existing, finished_at = :finished_at
+                              existing = :existing, finished_at = :finished_at,
+                              failure = :failure
  WHERE id = :id
 

@@ -20,11 +20,12 @@ UPDATE JSON_TABLE(:rows_json, '$[*]' COLUMNS (
          due_at DATETIME(6) PATH '$.due_at',
          last_fire_at DATETIME(6) PATH '$.last_fire_at',
          last_task_id VARCHAR(40) PATH '$.last_task_id',
-         queued_fire_at DATETIME(6) PATH '$.queued_fire_at')) p
+         queued_fire_at DATETIME(6) PATH '$.queued_fire_at',
+         failure VARCHAR(500) PATH '$.failure')) p
   STRAIGHT_JOIN schedules s ON s.id = p.id
    SET s.next_fire_at = p.next_fire_at, s.due_at = p.due_at, s.last_fire_at = p.last_fire_at,
        s.last_task_id = p.last_task_id, s.queued_fire_at = p.queued_fire_at,
-       s.updated_at = :now
+       s.failure = p.failure, s.updated_at = :now
 
 -- name: backfills_running_lock
 -- The index's order; naming the equal state in the ORDER BY made MariaDB sort.

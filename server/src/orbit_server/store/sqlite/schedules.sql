@@ -12,7 +12,8 @@ SELECT * FROM schedules WHERE due_at <= :now ORDER BY due_at LIMIT :limit
 -- name: schedules_advance
 UPDATE schedules
    SET next_fire_at = :next_fire_at, due_at = :due_at, last_fire_at = :last_fire_at,
-       last_task_id = :last_task_id, queued_fire_at = :queued_fire_at, updated_at = :now
+       last_task_id = :last_task_id, queued_fire_at = :queued_fire_at, failure = :failure,
+       updated_at = :now
  WHERE id = :id
 
 -- name: backfills_running_lock
