@@ -37,6 +37,7 @@ from orbit_sdk._models import (
     TaskPage,
     TaskRequest,
 )
+from orbit_sdk._redact import RedactSecrets
 from orbit_sdk._schedule_models import (
     Backfill,
     FirePage,
@@ -83,6 +84,7 @@ __all__ = [
     "QueueFullError",
     "RateLimitedError",
     "Readiness",
+    "RedactSecrets",
     "RetryPolicy",
     "Schedule",
     "ScheduleFire",

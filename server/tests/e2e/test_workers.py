@@ -87,19 +87,19 @@ class Cluster:
     def release(self) -> Path:
         return self.tmp / "release"
 
-    def server(self, node_id: str) -> str:
+    def server(self, node_id: str, **env: str) -> str:
         proc = OrbitProcess(
             ["server", "--port", "0", "--host", "127.0.0.1", "--node-id", node_id],
-            env={**self.env, **LEASE},
+            env={**self.env, **LEASE, **env},
         )
         self.servers.append(proc)
         return proc.wait_for("ORBIT_URL")["ORBIT_URL"]
 
-    def worker(self, *urls: str, concurrency: int = 4) -> OrbitProcess:
+    def worker(self, *urls: str, concurrency: int = 4, log_level: str = "info") -> OrbitProcess:
         command = [str(Path(sys.executable).parent / "orbit-worker"), "e2e_app:worker"]
         for url in urls:
             command += ["--url", url]
-        command += ["--concurrency", str(concurrency)]
+        command += ["--concurrency", str(concurrency), "--log-level", log_level]
         env = {
             "ORBIT_API_KEY": self.key,
             "E2E_LOG": str(self.log),
@@ -229,6 +229,24 @@ def test_fairness_holds_for_small_claims_on_two_servers(cluster: Cluster, concur
     order = "".join(key for key, _, _ in cluster.events("fair"))
     assert sorted(order) == ["A"] * 30 + ["B"] * 5
     assert order.index("B") < 4 and order.rindex("B") < 14, order
+
+
+def test_no_api_key_reaches_a_debug_log(cluster: Cluster) -> None:
+    """Server and worker at DEBUG, where websockets logs the upgrade request's headers and
+    uvicorn its connections: the key is in none of their lines, and neither is its secret."""
+    url = cluster.server("a", ORBIT_LOG_LEVEL="debug")
+    worker = cluster.worker(url, log_level="debug")
+    with cluster.client(url) as client:
+        [task] = client.submit_many([{"queue": "e2e", "type": "noop", "params": {"n": 1}}])
+        assert client.wait_for_task(task.id, timeout=30).state == "succeeded"
+    worker.stop()
+    cluster.servers[0].stop()
+    secret = cluster.key.rsplit("_", 1)[1]
+    worker_log, server_log = worker.stderr, cluster.servers[0].stderr
+    assert "Authorization: Bearer ***" in worker_log  # the handshake's headers were logged
+    assert "DEBUG" in server_log.upper()
+    for log in (worker_log, server_log):
+        assert cluster.key not in log and secret not in log
 
 
 def test_work_submitted_on_one_node_runs_on_a_worker_of_another(cluster: Cluster) -> None:

@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Final
 
 from orbit_sdk._config import API_KEY_ENV, URL_ENV, ConfigurationError
+from orbit_sdk._redact import RedactSecrets
 from orbit_sdk.worker._errors import WorkerError
 from orbit_sdk.worker._worker import Worker
 
@@ -83,6 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    for handler in logging.getLogger().handlers:  # whatever logs, no key reaches the output
+        handler.addFilter(RedactSecrets())
     log = logging.getLogger("orbit_sdk.worker")
     try:
         worker = load_worker(args.target)

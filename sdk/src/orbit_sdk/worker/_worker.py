@@ -26,6 +26,7 @@ from websockets.exceptions import InvalidStatus, WebSocketException
 
 import orbit_sdk
 from orbit_sdk._config import API_KEY_ENV, URL_ENV, ConfigurationError
+from orbit_sdk._redact import protocol_logger
 from orbit_sdk.worker._errors import WorkerError
 from orbit_sdk.worker._registry import HandlerFunc, HandlerRegistry, SideEffect
 from orbit_sdk.worker._runtime import Runtime
@@ -353,6 +354,7 @@ class Worker:
                     ping_timeout=PING_TIMEOUT_S,
                     open_timeout=OPEN_TIMEOUT_S,
                     close_timeout=CLOSE_TIMEOUT_S,
+                    logger=protocol_logger(),  # its DEBUG lines hold the Authorization header
                 ) as ws:
                     session = Session(
                         ws, runtime, worker_id=settings.worker_id, sdk=sdk, logger=self._logger
