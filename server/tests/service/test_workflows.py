@@ -956,3 +956,16 @@ async def test_resume_wakes_the_dispatch_of_the_queues_its_tasks_wait_in(node: N
     await node.workflows.resume(SCOPE, wf.id, reason=None, actor=ACTOR)
     assert woken.is_set() and node.watch.take_work(SCOPE, "wf")
     assert await work(node) == [{}]
+
+
+async def test_a_step_whose_expression_would_cost_too_much_fails_without_running_it(
+    node: Node,
+) -> None:
+    params = "{'n': size(input.l.map(x, input.s + input.s))}"
+    await publish(node, body("costly", [task("grow", params=params)]))
+    wf = await start(node, "costly", {"s": "x" * 10_000, "l": list(range(7_000))})
+    failed = await get(node, wf.id)
+    assert failed.state == "failed" and failed.error is not None
+    assert failed.error["code"] == "expression_failed"
+    assert "too costly to evaluate" in failed.error["message"]
+    assert await work(node) == []  # no task was made

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from orbit_server.weave import expr
+from orbit_server.weave import cost, expr
 from orbit_server.weave.expr import (
     MAX_SOURCE,
     ExpressionFailed,
@@ -104,5 +104,37 @@ def test_a_result_larger_than_the_limit_is_refused(monkeypatch: pytest.MonkeyPat
 
 def test_a_runaway_comprehension_is_stopped() -> None:
     source = "input.items.map(a, input.items.map(b, input.items.map(c, a + b + c)))"
-    with pytest.raises(ExpressionFailed, match="budget"):
+    with pytest.raises(ExpressionFailed, match="too costly"):  # 27,000 steps: not even begun
         compile_expression(source).evaluate({"input": {"items": list(range(30))}})
+
+
+def test_a_costly_evaluation_fails_before_it_runs_and_cheap_ones_run() -> None:
+    big = {"input": {"s": "x" * 1_000_000, "l": list(range(300))}}
+    growing = compile_expression("{'n': size(input.l.map(x, input.s + input.s))}")
+    with pytest.raises(ExpressionFailed, match="too costly to evaluate over this data"):
+        growing.evaluate(big)  # ran, it built 600 MB
+    quadratic = compile_expression("size(input.map(x, x + 1))")
+    with pytest.raises(ExpressionFailed, match="its longest list has 12000 items"):
+        quadratic.evaluate({"input": list(range(12_000))})  # ran, it took seconds
+    copies = compile_expression("[" + ", ".join(["input.s"] * 100) + "]")
+    with pytest.raises(ExpressionFailed, match="too costly"):
+        copies.evaluate(big)
+    # The same shapes over ordinary data, and plain reads of large data, run.
+    assert quadratic.evaluate({"input": list(range(1000))}) == 1000
+    small = {"input": {"s": "ab", "l": [1, 2, 3]}}
+    assert growing.evaluate(small) == {"n": 3}
+    assert compile_expression("input.s + input.s").evaluate(big) == "x" * 2_000_000
+    assert (
+        compile_expression("'order-' + input.id").evaluate(
+            {"input": {"id": "o1", "lines": list(range(100_000))}}
+        )
+        == "order-o1"
+    )
+
+
+def test_operators_inside_string_literals_cost_nothing() -> None:
+    shape = cost.shape_of("'a + b == c' + \"x.map(y, y)\" + r'''(+)''' // + +\n")
+    assert (shape.joins, shape.copying, shape.names) == ((0, 0), (), frozenset())
+    nested = cost.shape_of("input.l.map(x, input.l.filter(y, y + x > 1))")
+    assert nested.copying == (1, 2) and nested.joins == (2,)
+    assert nested.names == {"input", "x", "y"}

@@ -10,10 +10,13 @@ again: CEL timestamps become RFC 3339 strings and durations milliseconds; a resu
 JSON (bytes, a type) is an error, as is any evaluation error (a missing key, a division by
 zero, an integer out of range).
 
-Cost: evaluation is synchronous and its cost grows with the data it reads. The runtime stops a
-comprehension after its iteration budget, but its ``map`` and ``filter`` macros are quadratic
-in the list's length (a ``map`` over 8,000 items takes seconds; ``exists``, ``all`` and
-``size`` stay linear), so whoever evaluates must bound the data an expression sees.
+Cost: evaluation is synchronous, holds the GIL throughout (a worker thread would not free the
+event loop) and its cost grows with the data it reads. The runtime stops comprehensions after
+10,000 steps, but its ``map`` and ``filter`` macros are quadratic in the list's length (a
+``map`` over 8,000 items takes seconds) and nothing bounds the strings and lists it builds. So
+every evaluation is estimated first (``weave/cost.py``: the expression's shape and the sizes
+of the data it reads) and one over the budget (about a tenth of a second, 64 MiB built) fails
+without running, as any evaluation error does.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from functools import lru_cache
 from typing import Any
 
 from cel_expr_python import cel
+
+from orbit_server.weave.cost import Shape, estimate, shape_of
 
 MAX_SOURCE = 4096  # characters of one expression
 MAX_RESULT_ITEMS = 100_000  # list items and map entries in one result, all levels together
@@ -46,10 +51,16 @@ class Expression:
     source: str
     variables: frozenset[str]
     _compiled: Any
+    _shape: Shape
 
     def evaluate(self, data: Mapping[str, Any]) -> Any:
-        """The expression's value over ``data`` (its variables; absent ones are null)."""
+        """The expression's value over ``data`` (its variables; absent ones are null); an
+        evaluation estimated to cost more than the budget fails without running."""
         bound = {name: data.get(name) for name in self.variables}
+        if not self._shape.free:
+            refusal = estimate(self._shape, bound).refusal()
+            if refusal is not None:
+                raise ExpressionFailed(refusal)
         try:
             value = self._compiled.eval(data=bound)
         except Exception as exc:  # the runtime refused the data itself
@@ -74,7 +85,7 @@ def compile_expression(source: str, variables: Iterable[str] = VARIABLES) -> Exp
         raise ExpressionInvalid("an expression must not be empty")
     if len(source) > MAX_SOURCE:
         raise ExpressionInvalid(f"an expression has at most {MAX_SOURCE} characters")
-    return Expression(source, names, _compile(source, names))
+    return Expression(source, names, _compile(source, names), shape_of(source))
 
 
 @lru_cache(maxsize=4096)
@@ -93,9 +104,10 @@ def _env(names: frozenset[str]) -> Any:
 def _reason(error: object) -> str:
     """The runtime's message without its status prefix and trailing status."""
     text = str(error).strip()
-    for prefix in ("INVALID_ARGUMENT: ", "NOT_FOUND: ", "OUT_OF_RANGE: "):
+    for prefix in ("INVALID_ARGUMENT: ", "NOT_FOUND: ", "OUT_OF_RANGE: ", "INTERNAL: "):
         text = text.removeprefix(prefix)
     text = text.removeprefix("ERROR: ").removesuffix(" [INVALID_ARGUMENT]")
+    text = text.removesuffix(" [INTERNAL]")
     return text.replace("<input>:", "at ", 1).replace(" (in container '')", "")
 
 
