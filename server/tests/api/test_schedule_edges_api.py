@@ -122,3 +122,37 @@ async def test_a_backfill_counts_against_the_keys_submit_rate(
         again = await http.post("/v1/schedules/minutely/backfill", json=five, headers=operator)
         assert_error(again, 429, "rate_limited", "transient")
         assert again.headers["retry-after"] == "5"
+
+
+async def test_schedule_bodies_of_the_wrong_types_are_refused(
+    http: httpx2.AsyncClient, node: Node
+) -> None:
+    operator = bearer(await make_key(node, SCOPE, Role.OPERATOR))
+    for change in (
+        {"paused": 0},
+        {"catchup_max": "10"},
+        {"cron": None, "interval_ms": "60000"},
+        {"cron": None, "interval_ms": 60000.0},
+        {"start_at": 0},
+        {"timezone": 8},
+        {"task": {"queue": "q", "type": "t", "priority": "1"}},
+    ):
+        answer = await http.post("/v1/schedules", json={**NIGHTLY, **change}, headers=operator)
+        assert_error(answer, 400, "invalid_request", "protocol")
+    assert (await http.get("/v1/schedules", headers=operator)).json()["items"] == []
+    await http.post("/v1/schedules", json=NIGHTLY, headers=operator)
+    for path, body in (
+        ("", {"version": "1"}),
+        ("", {"end_at": 1_900_000_000}),
+        ("", {"catchup_max": True}),
+        ("/pause", {"reason": 5}),
+        ("/backfill", {"from": 0, "to": "2029-12-31T00:00:00Z"}),
+        ("/backfill", {"from": "2029-12-30T00:00:00Z", "to": 1_893_369_600}),
+    ):
+        method = http.patch if not path else http.post
+        answer = await method(f"/v1/schedules/nightly-report{path}", json=body, headers=operator)
+        assert_error(answer, 400, "invalid_request", "protocol")
+    schedule = (await http.get("/v1/schedules/nightly-report", headers=operator)).json()
+    assert (schedule["version"], schedule["paused"]) == (1, False)
+    listed = await http.get("/v1/schedules/nightly-report/backfills", headers=operator)
+    assert listed.json()["items"] == []
