@@ -72,6 +72,9 @@ class Settings:
     max_body_bytes: int = _setting(
         8 * 1024 * 1024, "Largest HTTP request body accepted (checked before parsing)", minimum=1024
     )
+    max_json_depth: int = _setting(
+        64, "Deepest nesting of arrays and objects a JSON request body may have", minimum=8
+    )
     ws_max_frame_bytes: int = _setting(
         16 * 1024 * 1024, "Largest WebSocket frame a worker may send", minimum=1024
     )

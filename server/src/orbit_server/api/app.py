@@ -5,13 +5,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from litestar import Litestar
+from litestar import Litestar, Request
+from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
+from litestar.types import Empty
 
 from orbit_server import __version__
-from orbit_server.api.auth import authenticate
+from orbit_server.api.auth import authenticate, authorize
 from orbit_server.api.errors import handle_exception
+from orbit_server.api.json_body import decode_body
 from orbit_server.api.middleware import OrbitHTTPMiddleware
 from orbit_server.api.routes import audit, health, keys, queues, schedules, tasks, workflows
 from orbit_server.config import ServerRole, Settings
@@ -70,6 +73,21 @@ API_ROUTES: list[Any] = [
 ]
 
 
+class OrbitRequest(Request[Any, Any, Any]):
+    """Litestar's request, with Orbit's strict, bounded JSON decoding of the body."""
+
+    async def json(self) -> Any:
+        cached = self._connection_state.json
+        if cached is not Empty:
+            return cached
+        field = self.route_handler.parsed_data_field
+        target = Any if field is None else field.annotation
+        body = await self.body()
+        value = decode_body(body or b"null", target, max_depth=self.app.state.max_json_depth)
+        self._connection_state.json = value
+        return value
+
+
 def build_litestar(settings: Settings, provide_node: Callable[[], Awaitable[Node]]) -> Litestar:
     routes = list(HEALTH_ROUTES)
     if settings.has_role(ServerRole.API):
@@ -81,6 +99,9 @@ def build_litestar(settings: Settings, provide_node: Callable[[], Awaitable[Node
             "principal": Provide(authenticate),
         },
         exception_handlers={Exception: handle_exception},
+        guards=[authorize],
+        request_class=OrbitRequest,
+        state=State({"provide_node": provide_node, "max_json_depth": settings.max_json_depth}),
         openapi_config=OpenAPIConfig(
             title="Orbit",
             version=__version__,

@@ -7,6 +7,7 @@ from typing import Annotated
 from litestar import get
 from litestar.params import FromQuery, QueryParameter
 
+from orbit_server.api.auth import roles
 from orbit_server.api.deps import NodeDep, PrincipalDep
 from orbit_server.api.pagination import decode_cursor, next_cursor, page_limit
 from orbit_server.api.wire import AuditEntry, AuditList
@@ -14,7 +15,12 @@ from orbit_server.errors import InvalidRequest
 from orbit_server.governance.keys import Role
 
 
-@get("/v1/audit", summary="Audit records, newest first", tags=["audit"])
+@get(
+    "/v1/audit",
+    summary="Audit records, newest first",
+    tags=["audit"],
+    opt=roles(Role.OPERATOR, Role.ADMIN),
+)
 async def list_audit(
     principal: PrincipalDep,
     node: NodeDep,
@@ -23,7 +29,6 @@ async def list_audit(
     limit: Annotated[int | None, QueryParameter(ge=1, le=500)] = None,
     cursor: FromQuery[str | None] = None,
 ) -> AuditList:
-    principal.require(Role.OPERATOR, Role.ADMIN)
     if (target_kind is None) != (target_id is None):
         raise InvalidRequest("give target_kind and target_id together")
     size = page_limit(limit)

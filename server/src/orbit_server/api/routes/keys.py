@@ -7,7 +7,7 @@ from typing import Annotated
 from litestar import get, post
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
-from orbit_server.api.auth import actor_of
+from orbit_server.api.auth import actor_of, roles
 from orbit_server.api.deps import NodeDep, PrincipalDep
 from orbit_server.api.pagination import decode_cursor, next_cursor, page_limit
 from orbit_server.api.wire import ApiKey, ApiKeyList, CreatedApiKey, KeyCreate, WhoAmI
@@ -26,11 +26,15 @@ async def whoami(principal: PrincipalDep) -> WhoAmI:
     )
 
 
-@post("/v1/keys", summary="Create an API key (the secret is shown once)", tags=["keys"])
+@post(
+    "/v1/keys",
+    summary="Create an API key (the secret is shown once)",
+    tags=["keys"],
+    opt=roles(Role.ADMIN),
+)
 async def create_key(
     data: JSONBody[KeyCreate], principal: PrincipalDep, node: NodeDep
 ) -> CreatedApiKey:
-    principal.require(Role.ADMIN)
     try:
         roles = parse_roles(data.roles)
     except ValueError as exc:
@@ -45,14 +49,13 @@ async def create_key(
     return CreatedApiKey(key=ApiKey.of(created.record), api_key=created.token)
 
 
-@get("/v1/keys", summary="List API keys", tags=["keys"])
+@get("/v1/keys", summary="List API keys", tags=["keys"], opt=roles(Role.ADMIN))
 async def list_keys(
     principal: PrincipalDep,
     node: NodeDep,
     limit: Annotated[int | None, QueryParameter(ge=1, le=500)] = None,
     cursor: FromQuery[str | None] = None,
 ) -> ApiKeyList:
-    principal.require(Role.ADMIN)
     size = page_limit(limit)
     keys = await node.keys.list(principal.scope, limit=size, after=decode_cursor(cursor))
     return ApiKeyList(
@@ -60,14 +63,18 @@ async def list_keys(
     )
 
 
-@get("/v1/keys/{key_id:str}", summary="One API key", tags=["keys"])
+@get("/v1/keys/{key_id:str}", summary="One API key", tags=["keys"], opt=roles(Role.ADMIN))
 async def get_key(key_id: FromPath[str], principal: PrincipalDep, node: NodeDep) -> ApiKey:
-    principal.require(Role.ADMIN)
     return ApiKey.of(await node.keys.get(key_id, principal.scope))
 
 
-@post("/v1/keys/{key_id:str}/revoke", summary="Revoke an API key", tags=["keys"], status_code=200)
+@post(
+    "/v1/keys/{key_id:str}/revoke",
+    summary="Revoke an API key",
+    tags=["keys"],
+    status_code=200,
+    opt=roles(Role.ADMIN),
+)
 async def revoke_key(key_id: FromPath[str], principal: PrincipalDep, node: NodeDep) -> ApiKey:
-    principal.require(Role.ADMIN)
     revoked = await node.keys.revoke(key_id, actor=actor_of(principal), scope=principal.scope)
     return ApiKey.of(revoked)

@@ -8,7 +8,7 @@ from litestar import get, put
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from msgspec import UNSET
 
-from orbit_server.api.auth import actor_of
+from orbit_server.api.auth import actor_of, roles
 from orbit_server.api.deps import NodeDep, PrincipalDep
 from orbit_server.api.pagination import decode_cursor, next_cursor, page_limit
 from orbit_server.api.wire_tasks import Queue, QueueList, QueueUpdate
@@ -17,14 +17,18 @@ from orbit_server.governance.keys import Role
 from orbit_server.pulse.service import QueueSettings
 
 
-@get("/v1/queues", summary="Queues with their settings and counts", tags=["queues"])
+@get(
+    "/v1/queues",
+    summary="Queues with their settings and counts",
+    tags=["queues"],
+    opt=roles(Role.SUBMITTER, Role.OPERATOR, Role.ADMIN),
+)
 async def list_queues(
     principal: PrincipalDep,
     node: NodeDep,
     limit: Annotated[int | None, QueryParameter(ge=1, le=500)] = None,
     cursor: FromQuery[str | None] = None,
 ) -> QueueList:
-    principal.require(Role.SUBMITTER, Role.OPERATOR, Role.ADMIN)
     size = page_limit(limit)
     views = await node.queues.list_queues(principal.scope, limit=size, after=decode_cursor(cursor))
     workers = await node.sessions.workers_per_queue(principal.scope)
@@ -35,11 +39,15 @@ async def list_queues(
     )
 
 
-@put("/v1/queues/{name:str}", summary="Change a queue's settings", tags=["queues"])
+@put(
+    "/v1/queues/{name:str}",
+    summary="Change a queue's settings",
+    tags=["queues"],
+    opt=roles(Role.OPERATOR),
+)
 async def update_queue(
     name: FromPath[str], data: JSONBody[QueueUpdate], principal: PrincipalDep, node: NodeDep
 ) -> Queue:
-    principal.require(Role.OPERATOR)
     if not name or len(name) > 128 or any(c.isspace() for c in name):
         raise InvalidRequest("queue names have 1 to 128 characters and no spaces")
     change = QueueSettings(

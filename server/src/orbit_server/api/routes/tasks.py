@@ -9,7 +9,7 @@ import msgspec
 from litestar import Response, get, post
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 
-from orbit_server.api.auth import actor_of
+from orbit_server.api.auth import actor_of, roles
 from orbit_server.api.deps import NodeDep, PrincipalDep
 from orbit_server.api.pagination import decode_cursor, encode_cursor, page_limit
 from orbit_server.api.wire_tasks import (
@@ -95,28 +95,31 @@ def _take_submit_quota(node: Node, principal: Principal, count: int) -> None:
     )
 
 
-@post("/v1/tasks", summary="Submit a task", tags=["tasks"], status_code=201)
+@post("/v1/tasks", summary="Submit a task", tags=["tasks"], status_code=201, opt=roles(*WRITERS))
 async def submit_task(
     data: JSONBody[TaskSubmit],
     principal: PrincipalDep,
     node: NodeDep,
     traceparent: Annotated[str | None, HeaderParameter(name="traceparent")] = None,
 ) -> Response[Task]:
-    principal.require(*WRITERS)
     spec = to_spec(data, node.settings, _traceparent(traceparent))
     _take_submit_quota(node, principal, 1)
     submitted = await node.tasks.submit(principal.scope, spec)
     return Response(Task.of(submitted.task), status_code=201 if submitted.created else 200)
 
 
-@post("/v1/tasks:batch", summary="Submit up to 1,000 tasks at once", tags=["tasks"])
+@post(
+    "/v1/tasks:batch",
+    summary="Submit up to 1,000 tasks at once",
+    tags=["tasks"],
+    opt=roles(*WRITERS),
+)
 async def submit_batch(
     data: JSONBody[TaskBatch],
     principal: PrincipalDep,
     node: NodeDep,
     traceparent: Annotated[str | None, HeaderParameter(name="traceparent")] = None,
 ) -> Response[TaskBatchOut]:
-    principal.require(*WRITERS)
     specs = []
     for index, body in enumerate(data.tasks):
         try:
@@ -136,6 +139,7 @@ async def submit_batch(
     "/v1/tasks/{task_id:str}",
     summary="One task; wait_ms long-polls until it settles",
     tags=["tasks"],
+    opt=roles(*READERS),
 )
 async def get_task(
     task_id: FromPath[str],
@@ -143,13 +147,12 @@ async def get_task(
     node: NodeDep,
     wait_ms: Annotated[int | None, QueryParameter(ge=0, le=MAX_WAIT_MS)] = None,
 ) -> Task:
-    principal.require(*READERS)
     if wait_ms:
         return Task.of(await node.tasks.wait(principal.scope, task_id, wait_ms))
     return Task.of(await node.tasks.get(principal.scope, task_id))
 
 
-@get("/v1/tasks", summary="List tasks, newest first", tags=["tasks"])
+@get("/v1/tasks", summary="List tasks, newest first", tags=["tasks"], opt=roles(*READERS))
 async def list_tasks(
     principal: PrincipalDep,
     node: NodeDep,
@@ -160,7 +163,6 @@ async def list_tasks(
     limit: Annotated[int | None, QueryParameter(ge=1, le=500)] = None,
     cursor: FromQuery[str | None] = None,
 ) -> TaskList:
-    principal.require(*READERS)
     if state_filter is not None and state_filter not in {s.value for s in TaskState}:
         raise InvalidRequest(f"unknown state {state_filter!r}")
     label_filter = None
@@ -184,23 +186,32 @@ async def list_tasks(
     )
 
 
-@get("/v1/tasks/{task_id:str}/attempts", summary="A task's attempts", tags=["tasks"])
+@get(
+    "/v1/tasks/{task_id:str}/attempts",
+    summary="A task's attempts",
+    tags=["tasks"],
+    opt=roles(*READERS),
+)
 async def task_attempts(
     task_id: FromPath[str], principal: PrincipalDep, node: NodeDep
 ) -> AttemptList:
-    principal.require(*READERS)
     attempts = await node.tasks.attempts(principal.scope, task_id)
     return AttemptList(items=[Attempt.of(a) for a in attempts])
 
 
-@post("/v1/tasks/{task_id:str}/cancel", summary="Cancel a task", tags=["tasks"], status_code=200)
+@post(
+    "/v1/tasks/{task_id:str}/cancel",
+    summary="Cancel a task",
+    tags=["tasks"],
+    status_code=200,
+    opt=roles(*WRITERS),
+)
 async def cancel_task(
     task_id: FromPath[str],
     principal: PrincipalDep,
     node: NodeDep,
     data: JSONBody[CancelIn | None] = None,
 ) -> Task:
-    principal.require(*WRITERS)
     reason = data.reason if data is not None else None
     task = await node.tasks.cancel(
         principal.scope, task_id, reason=reason, actor=actor_of(principal)
@@ -213,9 +224,9 @@ async def cancel_task(
     summary="Operator: a new attempt",
     tags=["tasks"],
     status_code=200,
+    opt=roles(Role.OPERATOR),
 )
 async def retry_task(task_id: FromPath[str], principal: PrincipalDep, node: NodeDep) -> Task:
-    principal.require(Role.OPERATOR)
     return Task.of(await node.tasks.retry(principal.scope, task_id, actor=actor_of(principal)))
 
 
@@ -224,11 +235,11 @@ async def retry_task(task_id: FromPath[str], principal: PrincipalDep, node: Node
     summary="Operator: decide a needs_review task",
     tags=["tasks"],
     status_code=200,
+    opt=roles(Role.OPERATOR),
 )
 async def resolve_task(
     task_id: FromPath[str], data: JSONBody[ResolveIn], principal: PrincipalDep, node: NodeDep
 ) -> Task:
-    principal.require(Role.OPERATOR)
     succeeded = data.outcome == "succeeded"
     if succeeded and data.error is not None:
         raise InvalidRequest("a succeeded outcome takes a result, not an error")

@@ -1,0 +1,81 @@
+"""The HTTP edge: keys and roles before bodies, bounded and strict JSON bodies."""
+
+from __future__ import annotations
+
+import httpx2
+import pytest
+
+from orbit_server.governance.keys import Role
+from orbit_server.runtime.node import Node
+from tests.api.test_error_contract import assert_error
+from tests.conftest import SCOPE, bearer, make_key
+
+JSON = {"content-type": "application/json"}
+EVERY_ROLE = (Role.SUBMITTER, Role.OPERATOR, Role.ADMIN)
+
+
+def nested(depth: int) -> bytes:
+    """A task whose body nests ``depth`` levels in all (the body's own object included)."""
+    inner = depth - 1
+    return b'{"queue": "q", "type": "t", "params": ' + b"[" * inner + b"]" * inner + b"}"
+
+
+JSON_ROUTES = [
+    ("POST", "/v1/tasks"),
+    ("POST", "/v1/tasks:batch"),
+    ("POST", "/v1/tasks/tsk_x/cancel"),
+    ("POST", "/v1/tasks/tsk_x/resolve"),
+    ("PUT", "/v1/queues/q"),
+    ("POST", "/v1/keys"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), JSON_ROUTES)
+async def test_a_deeply_nested_body_without_a_key_is_401(
+    http: httpx2.AsyncClient, method: str, path: str
+) -> None:
+    response = await http.request(method, path, content=nested(5000), headers=JSON)
+    assert_error(response, 401, "unauthenticated", "permission")
+
+
+@pytest.mark.parametrize("depth", [65, 1000, 5000])
+@pytest.mark.parametrize(("method", "path"), JSON_ROUTES)
+async def test_a_deeply_nested_body_is_400_not_500(
+    http: httpx2.AsyncClient, node: Node, method: str, path: str, depth: int
+) -> None:
+    key = await make_key(node, SCOPE, *EVERY_ROLE)
+    response = await http.request(
+        method, path, content=nested(depth), headers={**bearer(key), **JSON}
+    )
+    error = assert_error(response, 400, "invalid_request", "protocol")
+    assert "deeper than 64" in str(error["message"])
+
+
+async def test_nesting_up_to_the_bound_is_accepted(http: httpx2.AsyncClient, node: Node) -> None:
+    key = await make_key(node, SCOPE, *EVERY_ROLE)
+    response = await http.post("/v1/tasks", content=nested(64), headers={**bearer(key), **JSON})
+    assert response.status_code == 201, response.text
+    # Brackets inside strings are text, not nesting.
+    text = b'{"queue": "q", "type": "t", "params": "' + b"[{" * 500 + b'\\"]"}'
+    response = await http.post("/v1/tasks", content=text, headers={**bearer(key), **JSON})
+    assert response.status_code == 201, response.text
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", "/v1/tasks", b'{"queue": 1}'),
+        ("POST", "/v1/tasks:batch", b'{"tasks": "no"}'),
+        ("POST", "/v1/tasks/tsk_x/cancel", b'{"reason": 1}'),
+        ("POST", "/v1/tasks/tsk_x/resolve", b'{"outcome": "maybe"}'),
+        ("PUT", "/v1/queues/q", b'{"paused": "yes"}'),
+        ("POST", "/v1/keys", b'{"roles": 1}'),
+        ("POST", "/v1/keys", b'{"roles": ['),
+    ],
+)
+async def test_roles_are_checked_before_the_body(
+    http: httpx2.AsyncClient, node: Node, method: str, path: str, body: bytes
+) -> None:
+    key = await make_key(node, SCOPE, Role.WORKER)
+    response = await http.request(method, path, content=body, headers={**bearer(key), **JSON})
+    assert_error(response, 403, "forbidden", "permission")
