@@ -50,13 +50,18 @@ async def break_template(node: Node, name: str) -> None:
     await node.db.run(unit)
 
 
-async def until(reports: asyncio.Event, check: Callable[[], Awaitable[bool]]) -> None:
-    """Wait, pass report by pass report, until ``check`` holds."""
+async def until(
+    loop: asyncio.Task[None], reports: asyncio.Event, check: Callable[[], Awaitable[bool]]
+) -> None:
+    """Wait, pass report by pass report, until ``check`` holds; fail as soon as the loop ends."""
     for _ in range(1000):
         if await check():
             return
         reports.clear()
-        await asyncio.wait_for(reports.wait(), timeout=30)
+        reported = asyncio.ensure_future(reports.wait())
+        await asyncio.wait({reported, loop}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        reported.cancel()
+        assert not loop.done(), f"the scheduler loop stopped: {loop.exception()!r}"
     raise AssertionError("the scheduler never got there")
 
 
@@ -86,7 +91,6 @@ async def test_a_bad_backfill_and_a_bad_schedule_fail_alone_and_the_loop_serves_
     try:
 
         async def settled() -> bool:
-            assert not loop.done(), loop.exception()
             backfills = [
                 await node.schedules.backfill_status(SCOPE, name, backfill_id)
                 for name, backfill_id in (("old", ancient), ("bad", broken))
@@ -99,7 +103,7 @@ async def test_a_bad_backfill_and_a_bad_schedule_fail_alone_and_the_loop_serves_
                 and {b.state for b in backfills} <= {"done", "failed"}
             )
 
-        await until(reports, settled)
+        await until(loop, reports, settled)
         old = await node.schedules.backfill_status(SCOPE, "old", ancient)
         assert (old.state, old.fired, old.failure) == ("done", 0, None)  # no slot before 1970
         failed = await node.schedules.backfill_status(SCOPE, "bad", broken)
@@ -113,10 +117,9 @@ async def test_a_bad_backfill_and_a_bad_schedule_fail_alone_and_the_loop_serves_
         node.scheduler.wake()
 
         async def next_slot() -> bool:
-            assert not loop.done(), loop.exception()
             return offsets(await ledger(node, "good"), "fired") == [1, 2]
 
-        await until(reports, next_slot)
+        await until(loop, reports, next_slot)
     finally:
         loop.cancel()
         with contextlib.suppress(asyncio.CancelledError):
