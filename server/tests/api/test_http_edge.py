@@ -79,3 +79,43 @@ async def test_roles_are_checked_before_the_body(
     key = await make_key(node, SCOPE, Role.WORKER)
     response = await http.request(method, path, content=body, headers={**bearer(key), **JSON})
     assert_error(response, 403, "forbidden", "permission")
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/tasks", b'{"queue": "a", "queue": "b", "type": "t"}'),
+        ("/v1/tasks", b'{"queue": "a", "type": "t", "params": {"x": 1, "y": {"k": 1, "k": 2}}}'),
+        ("/v1/tasks", b'{"queue": "a", "type": "t", "params": [{"k": ":"}, {"k": 1, "k": 1}]}'),
+        ("/v1/tasks", b'{"queue": "a", "type": "t", "labels": {"a\\u003ab": "x", "a:b": "y"}}'),
+        ("/v1/tasks", b'{"queue": "a", "type": "t", "params": {"\\u003a": 1, "\\u003a": 2}}'),
+        ("/v1/tasks:batch", b'{"tasks": [{"queue": "a", "type": "t", "type": "u"}]}'),
+        ("/v1/tasks", b'{"queue": "a", "type": "t", "params": {"k": 1, "\\u006b": 2}}'),
+    ],
+)
+async def test_duplicate_keys_are_refused(
+    http: httpx2.AsyncClient, node: Node, path: str, body: bytes
+) -> None:
+    key = await make_key(node, SCOPE, *EVERY_ROLE)
+    response = await http.post(path, content=body, headers={**bearer(key), **JSON})
+    error = assert_error(response, 400, "invalid_request", "protocol")
+    assert "repeats a key" in str(error["message"])
+    listed = await http.get("/v1/tasks", headers=bearer(key))
+    assert listed.json()["items"] == []
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        b'{"a:b": "c:d", "e": ["f:", ":g"], "h": {"i": "\\":"}}',
+        b'{"\\u003a": "x\\u003A", "b": {"\\u003a": 1}}',
+        b'{"k": 1, "K": 2, "k ": 3}',
+    ],
+)
+async def test_colons_and_escapes_are_not_duplicates(
+    http: httpx2.AsyncClient, node: Node, params: bytes
+) -> None:
+    key = await make_key(node, SCOPE, *EVERY_ROLE)
+    body = b'{"queue": "q", "type": "t", "params": ' + params + b"}"
+    response = await http.post("/v1/tasks", content=body, headers={**bearer(key), **JSON})
+    assert response.status_code == 201, response.text

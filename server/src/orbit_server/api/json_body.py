@@ -1,13 +1,20 @@
-"""Request bodies: JSON decoding with a nesting bound.
+"""Request bodies: JSON decoding with a nesting bound and duplicate keys refused.
 
 msgspec recurses on the C stack and raises ``RecursionError`` near the interpreter's recursion
-limit (a 500 for every JSON endpoint, and values stored that deep fail again later, deeper in
-the stack). A nesting depth over ``ORBIT_MAX_JSON_DEPTH`` is ``400 invalid_request`` before the
-body is parsed; the depth is measured on the raw bytes with their strings removed, at C speed.
+limit, and it keeps the last of duplicate keys. Orbit refuses both before a body reaches a
+handler: a nesting depth over ``ORBIT_MAX_JSON_DEPTH`` and any repeated key in any object are
+``400 invalid_request``.
+
+Both checks work on the raw bytes at C speed. The depth is measured on the body with its
+strings removed. Duplicate keys are found by counting colons: outside strings a colon follows
+every key once, and re-encoding the decoded value keeps every colon of the strings and one per
+kept key, so the counts differ exactly when a key was dropped. A colon written as ``\\u003a``
+would upset that balance, so such bodies take the exact (slower) path of the standard library.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -18,7 +25,9 @@ from orbit_server.errors import InvalidRequest
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _TO_SQUARE = bytes.maketrans(b"{}", b"[]")
 _NOT_BRACKET = bytes(c for c in range(256) if c not in b"[]{}")
+_ESCAPED_COLON = (b"\\u003a", b"\\u003A")
 _untyped = msgspec.json.Decoder()
+_encoder = msgspec.json.Encoder()
 
 
 def too_deep(body: bytes, max_depth: int) -> bool:
@@ -34,6 +43,32 @@ def too_deep(body: bytes, max_depth: int) -> bool:
     return bool(brackets)
 
 
+def has_duplicate_keys(body: bytes, value: Any) -> bool:
+    """Whether some object of ``body`` (already decoded into ``value``) repeats a key."""
+    if _ESCAPED_COLON[0] in body or _ESCAPED_COLON[1] in body:
+        return _has_duplicate_keys_exact(body)
+    return body.count(b":") != _encoder.encode(value).count(b":")
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise _DuplicateKey
+    return result
+
+
+def _has_duplicate_keys_exact(body: bytes) -> bool:
+    try:
+        json.loads(body, object_pairs_hook=_refuse_duplicates)
+    except _DuplicateKey:
+        return True
+    return False
+
+
 def decode_body(body: bytes, target: Any, *, max_depth: int) -> Any:
     """Decode a request body (its conversion to ``target`` is Litestar's), or raise."""
     if too_deep(body, max_depth):
@@ -45,4 +80,6 @@ def decode_body(body: bytes, target: Any, *, max_depth: int) -> Any:
         raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
     except RecursionError:  # unreachable below the depth bound; kept as a last line
         raise InvalidRequest("the request body nests too deeply") from None
+    if has_duplicate_keys(body, value):
+        raise InvalidRequest("the request body repeats a key in one object")
     return value
