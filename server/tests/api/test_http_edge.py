@@ -119,3 +119,41 @@ async def test_colons_and_escapes_are_not_duplicates(
     body = b'{"queue": "q", "type": "t", "params": ' + params + b"}"
     response = await http.post("/v1/tasks", content=body, headers={**bearer(key), **JSON})
     assert response.status_code == 201, response.text
+
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT = "00f067aa0ba902b7"
+
+
+@pytest.mark.parametrize(
+    ("header", "stored"),
+    [
+        (f"00-{TRACE}-{PARENT}-01", f"00-{TRACE}-{PARENT}-01"),
+        (f"00-{TRACE}-{PARENT}-00", f"00-{TRACE}-{PARENT}-00"),
+        # A later version may carry more fields; Orbit forwards what it knows as version 00.
+        (f"01-{TRACE}-{PARENT}-01-future", f"00-{TRACE}-{PARENT}-01"),
+        (f"cc-{TRACE}-{PARENT}-09", f"00-{TRACE}-{PARENT}-09"),
+        ("00-<script>alert(1)</script>-00f067aa0ba902b7-01", None),
+        (f"00-{TRACE.upper()}-{PARENT}-01", None),
+        (f"ff-{TRACE}-{PARENT}-01", None),
+        (f"00-{'0' * 32}-{PARENT}-01", None),
+        (f"00-{TRACE}-{'0' * 16}-01", None),
+        (f"00-{TRACE}-{PARENT}-01-extra", None),
+        (f"01-{TRACE}-{PARENT}-01x", None),
+        (f"00-{TRACE}-{PARENT}-1", None),
+        (f"00_{TRACE}_{PARENT}_01", None),
+        ("0" * 55, None),
+    ],
+)
+async def test_only_w3c_traceparents_are_kept(
+    http: httpx2.AsyncClient, node: Node, header: str, stored: str | None
+) -> None:
+    key = await make_key(node, SCOPE, Role.SUBMITTER)
+    headers = {**bearer(key), "traceparent": header}
+    single = await http.post("/v1/tasks", json={"queue": "q", "type": "t"}, headers=headers)
+    batch = await http.post(
+        "/v1/tasks:batch", json={"tasks": [{"queue": "q", "type": "t"}]}, headers=headers
+    )
+    assert single.status_code == batch.status_code == 201, (single.text, batch.text)
+    for task_id in (single.json()["id"], batch.json()["tasks"][0]["id"]):
+        assert (await node.tasks.get(SCOPE, task_id)).traceparent == stored

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated
 
 import msgspec
@@ -73,11 +74,29 @@ def to_spec(body: TaskSubmit, settings: Settings, traceparent: str | None) -> Ta
     )
 
 
-def _traceparent(value: str | None) -> str | None:
-    # W3C trace context: version-traceid-parentid-flags; anything else is ignored.
-    if value and len(value) == 55 and value.count("-") == 3:
-        return value
-    return None
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+
+
+def accept_traceparent(value: str | None) -> str | None:
+    """A W3C trace-context ``traceparent`` as it is forwarded, or None when it is not one.
+
+    Version ``ff`` and all-zero trace or parent ids are invalid; version ``00`` is exactly 55
+    characters. A later version may add fields after a dash: its first four fields are kept and
+    forwarded as version 00, as the recommendation asks of parsers that know only 00.
+    """
+    if not value:
+        return None
+    match = _TRACEPARENT.match(value)
+    if match is None:
+        return None
+    version, trace_id, parent_id, flags = match.groups()
+    if version == "ff" or trace_id == "0" * 32 or parent_id == "0" * 16:
+        return None
+    if version == "00":
+        return value if len(value) == 55 else None
+    if len(value) > 55 and value[55] != "-":
+        return None
+    return f"00-{trace_id}-{parent_id}-{flags}"
 
 
 def _take_submit_quota(node: Node, principal: Principal, count: int) -> None:
@@ -102,7 +121,7 @@ async def submit_task(
     node: NodeDep,
     traceparent: Annotated[str | None, HeaderParameter(name="traceparent")] = None,
 ) -> Response[Task]:
-    spec = to_spec(data, node.settings, _traceparent(traceparent))
+    spec = to_spec(data, node.settings, accept_traceparent(traceparent))
     _take_submit_quota(node, principal, 1)
     submitted = await node.tasks.submit(principal.scope, spec)
     return Response(Task.of(submitted.task), status_code=201 if submitted.created else 200)
@@ -123,7 +142,7 @@ async def submit_batch(
     specs = []
     for index, body in enumerate(data.tasks):
         try:
-            specs.append(to_spec(body, node.settings, _traceparent(traceparent)))
+            specs.append(to_spec(body, node.settings, accept_traceparent(traceparent)))
         except (InvalidRequest, PayloadTooLarge) as exc:
             raise type(exc)(f"tasks[{index}]: {exc.message}") from None
     _take_submit_quota(node, principal, len(specs))
