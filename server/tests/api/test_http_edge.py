@@ -157,3 +157,26 @@ async def test_only_w3c_traceparents_are_kept(
     assert single.status_code == batch.status_code == 201, (single.text, batch.text)
     for task_id in (single.json()["id"], batch.json()["tasks"][0]["id"]):
         assert (await node.tasks.get(SCOPE, task_id)).traceparent == stored
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field"),
+    [
+        ("PUT", "/v1/queues/q", {"paused": 0}, "paused"),
+        ("PUT", "/v1/queues/q", {"concurrency_limit": "3"}, "concurrency_limit"),
+        ("PUT", "/v1/queues/q", {"max_pending": 10.0}, "max_pending"),
+        ("POST", "/v1/tasks", {"queue": "q", "type": "t", "priority": "1"}, "priority"),
+        ("POST", "/v1/tasks", {"queue": "q", "type": "t", "delay_ms": True}, "delay_ms"),
+        ("POST", "/v1/tasks", {"queue": "q", "type": "t", "run_at": 0}, "run_at"),
+        ("POST", "/v1/tasks", {"queue": "q", "type": "t", "labels": {"a": 1}}, "labels"),
+        ("POST", "/v1/tasks:batch", {"tasks": [{"queue": 5, "type": "t"}]}, "queue"),
+        ("POST", "/v1/keys", {"roles": ["worker"], "name": 7}, "name"),
+    ],
+)
+async def test_wrong_types_are_refused_not_coerced(
+    http: httpx2.AsyncClient, node: Node, method: str, path: str, body: object, field: str
+) -> None:
+    key = await make_key(node, SCOPE, *EVERY_ROLE)
+    response = await http.request(method, path, json=body, headers=bearer(key))
+    error = assert_error(response, 400, "invalid_request", "protocol")
+    assert field in str(error["message"])

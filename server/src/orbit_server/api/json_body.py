@@ -1,9 +1,10 @@
-"""Request bodies: JSON decoding with a nesting bound and duplicate keys refused.
+"""Request bodies: strict JSON decoding with a nesting bound and duplicate keys refused.
 
 msgspec recurses on the C stack and raises ``RecursionError`` near the interpreter's recursion
 limit, and it keeps the last of duplicate keys. Orbit refuses both before a body reaches a
 handler: a nesting depth over ``ORBIT_MAX_JSON_DEPTH`` and any repeated key in any object are
-``400 invalid_request``.
+``400 invalid_request``, and the body is then converted to its wire struct without coercion
+(``"paused": 0`` is not a boolean).
 
 Both checks work on the raw bytes at C speed. The depth is measured on the body with its
 strings removed. Duplicate keys are found by counting colons: outside strings a colon follows
@@ -70,7 +71,7 @@ def _has_duplicate_keys_exact(body: bytes) -> bool:
 
 
 def decode_body(body: bytes, target: Any, *, max_depth: int) -> Any:
-    """Decode a request body (its conversion to ``target`` is Litestar's), or raise."""
+    """Decode a request body into ``target`` (a wire type), or raise ``InvalidRequest``."""
     if too_deep(body, max_depth):
         raise InvalidRequest(f"the request body nests arrays and objects deeper than {max_depth}")
     try:
@@ -82,4 +83,9 @@ def decode_body(body: bytes, target: Any, *, max_depth: int) -> Any:
         raise InvalidRequest("the request body nests too deeply") from None
     if has_duplicate_keys(body, value):
         raise InvalidRequest("the request body repeats a key in one object")
-    return value
+    if target is Any:
+        return value
+    try:
+        return msgspec.convert(value, target, strict=True)
+    except msgspec.ValidationError as exc:
+        raise InvalidRequest(f"invalid request: {exc}") from None
