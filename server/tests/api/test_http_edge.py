@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import httpx2
 import pytest
 
@@ -180,3 +182,39 @@ async def test_wrong_types_are_refused_not_coerced(
     response = await http.request(method, path, json=body, headers=bearer(key))
     error = assert_error(response, 400, "invalid_request", "protocol")
     assert field in str(error["message"])
+
+
+def _hand_made_cursor(position: str) -> str:
+    return base64.urlsafe_b64encode(f"c1:{position}".encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    ("path", "position"),
+    [
+        ("/v1/tasks", "anything"),
+        ("/v1/tasks", "' OR 1=1 --"),
+        ("/v1/keys", "anything"),
+        ("/v1/audit", "zzzzzzzzzzzzzzzzzzzzzzzzzz-"),
+        ("/v1/queues", "two words"),
+    ],
+)
+async def test_a_hand_made_cursor_is_400(
+    http: httpx2.AsyncClient, node: Node, path: str, position: str
+) -> None:
+    key = await make_key(node, SCOPE, *EVERY_ROLE)
+    cursor = _hand_made_cursor(position)
+    response = await http.get(path, params={"cursor": cursor}, headers=bearer(key))
+    assert_error(response, 400, "invalid_request", "protocol")
+
+
+async def test_cursors_orbit_gives_out_still_work(http: httpx2.AsyncClient, node: Node) -> None:
+    key = await make_key(node, SCOPE, *EVERY_ROLE)
+    for _ in range(3):
+        await http.post("/v1/tasks", json={"queue": "q", "type": "t"}, headers=bearer(key))
+    for path in ("/v1/tasks", "/v1/keys", "/v1/audit"):
+        first = (await http.get(path, params={"limit": 1}, headers=bearer(key))).json()
+        assert first["next_cursor"], path
+        second = await http.get(
+            path, params={"limit": 1, "cursor": first["next_cursor"]}, headers=bearer(key)
+        )
+        assert second.status_code == 200, (path, second.text)

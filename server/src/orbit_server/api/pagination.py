@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 
 from orbit_server.errors import InvalidRequest
 
@@ -26,7 +27,13 @@ def encode_cursor(position: str) -> str:
     return base64.urlsafe_b64encode((_MARK + position).encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str | None) -> str | None:
+# What the positions of Orbit's lists look like. A cursor built by hand around anything else
+# (``c1:<anything>``) does not come from Orbit and is refused, not answered with an empty page.
+ID_POSITION = re.compile(r"(?:[a-z]{1,5}_)?[0-9a-hjkmnp-tv-z]{26}")
+NAME_POSITION = re.compile(r"\S{1,200}")
+
+
+def decode_cursor(cursor: str | None, shape: re.Pattern[str] | None = None) -> str | None:
     if not cursor:
         return None
     try:
@@ -34,9 +41,10 @@ def decode_cursor(cursor: str | None) -> str | None:
         text = base64.b64decode(padded.encode(), altchars=b"-_", validate=True).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError):
         text = ""
-    if not text.startswith(_MARK) or len(text) == len(_MARK):
+    position = text[len(_MARK) :] if text.startswith(_MARK) else ""
+    if not position or (shape is not None and shape.fullmatch(position) is None):
         raise InvalidRequest("the cursor is not valid; use next_cursor from a list answer")
-    return text[len(_MARK) :]
+    return position
 
 
 def next_cursor(positions: list[str], limit: int) -> str | None:

@@ -9,7 +9,7 @@ from litestar.params import FromQuery, QueryParameter
 
 from orbit_server.api.auth import roles
 from orbit_server.api.deps import NodeDep, PrincipalDep
-from orbit_server.api.pagination import decode_cursor, next_cursor, page_limit
+from orbit_server.api.pagination import ID_POSITION, decode_cursor, next_cursor, page_limit
 from orbit_server.api.wire import AuditEntry, AuditList
 from orbit_server.errors import InvalidRequest
 from orbit_server.governance.keys import Role
@@ -34,7 +34,7 @@ async def list_audit(
     size = page_limit(limit)
     target = (target_kind, target_id) if target_kind and target_id else None
     records = await node.audit.list(
-        principal.scope, limit=size, before=decode_cursor(cursor), target=target
+        principal.scope, limit=size, before=decode_cursor(cursor, ID_POSITION), target=target
     )
     return AuditList(
         items=[AuditEntry.of(r) for r in records],

@@ -9,7 +9,7 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from orbit_server.api.auth import actor_of, roles
 from orbit_server.api.deps import NodeDep, PrincipalDep
-from orbit_server.api.pagination import decode_cursor, next_cursor, page_limit
+from orbit_server.api.pagination import ID_POSITION, decode_cursor, next_cursor, page_limit
 from orbit_server.api.wire import ApiKey, ApiKeyList, CreatedApiKey, KeyCreate, WhoAmI
 from orbit_server.errors import InvalidRequest
 from orbit_server.governance.keys import ALL_ROLES, Role, parse_roles
@@ -57,7 +57,9 @@ async def list_keys(
     cursor: FromQuery[str | None] = None,
 ) -> ApiKeyList:
     size = page_limit(limit)
-    keys = await node.keys.list(principal.scope, limit=size, after=decode_cursor(cursor))
+    keys = await node.keys.list(
+        principal.scope, limit=size, after=decode_cursor(cursor, ID_POSITION)
+    )
     return ApiKeyList(
         items=[ApiKey.of(k) for k in keys], next_cursor=next_cursor([k.id for k in keys], size)
     )

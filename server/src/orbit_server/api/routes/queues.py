@@ -10,7 +10,7 @@ from msgspec import UNSET
 
 from orbit_server.api.auth import actor_of, roles
 from orbit_server.api.deps import NodeDep, PrincipalDep
-from orbit_server.api.pagination import decode_cursor, next_cursor, page_limit
+from orbit_server.api.pagination import NAME_POSITION, decode_cursor, next_cursor, page_limit
 from orbit_server.api.wire_tasks import Queue, QueueList, QueueUpdate
 from orbit_server.errors import InvalidRequest
 from orbit_server.governance.keys import Role
@@ -30,7 +30,9 @@ async def list_queues(
     cursor: FromQuery[str | None] = None,
 ) -> QueueList:
     size = page_limit(limit)
-    views = await node.queues.list_queues(principal.scope, limit=size, after=decode_cursor(cursor))
+    views = await node.queues.list_queues(
+        principal.scope, limit=size, after=decode_cursor(cursor, NAME_POSITION)
+    )
     workers = await node.sessions.workers_per_queue(principal.scope)
     now = node.clock.now()
     return QueueList(

@@ -12,7 +12,7 @@ from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, Quer
 
 from orbit_server.api.auth import actor_of, roles
 from orbit_server.api.deps import NodeDep, PrincipalDep
-from orbit_server.api.pagination import decode_cursor, encode_cursor, page_limit
+from orbit_server.api.pagination import ID_POSITION, decode_cursor, encode_cursor, page_limit
 from orbit_server.api.wire_tasks import (
     Attempt,
     AttemptList,
@@ -194,7 +194,7 @@ async def list_tasks(
     tasks, last = await node.tasks.list_tasks(
         principal.scope,
         limit=size,
-        before=decode_cursor(cursor),
+        before=decode_cursor(cursor, ID_POSITION),
         queue=queue,
         state=state_filter,
         type_=type_filter,
