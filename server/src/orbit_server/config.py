@@ -75,6 +75,20 @@ class Settings:
     max_json_depth: int = _setting(
         64, "Deepest nesting of arrays and objects a JSON request body may have", minimum=8
     )
+    http_header_timeout_ms: int = _setting(
+        10_000,
+        "Time an HTTP connection has to send a request's complete headers (from its opening "
+        "or the end of the previous response) before it is closed",
+        minimum=100,
+    )
+    http_idle_timeout_ms: int = _setting(
+        5_000,
+        "How long an idle keep-alive HTTP connection stays open (whole seconds)",
+        minimum=1000,
+    )
+    http_max_connections: int = _setting(
+        1000, "Most HTTP connections open at once (worker WebSockets not counted)", minimum=1
+    )
     ws_max_frame_bytes: int = _setting(
         16 * 1024 * 1024, "Largest WebSocket frame a worker may send", minimum=1024
     )

@@ -17,6 +17,7 @@ import structlog
 import uvicorn
 
 from orbit_server.api.app import OrbitApp
+from orbit_server.api.http_protocol import http_protocol
 from orbit_server.audit import Actor
 from orbit_server.bootstrap import SchemaNotCurrent, build_app, build_node, database_for
 from orbit_server.cli.admin import report_error
@@ -215,7 +216,8 @@ async def serve(node: Node, *, announce_key: str | None = None) -> int:
     config = uvicorn.Config(
         app,
         loop="none",
-        http="httptools",
+        http=http_protocol(settings),
+        timeout_keep_alive=max(1, settings.http_idle_timeout_ms // 1000),
         ws="websockets-sansio",
         lifespan="off",
         log_config=None,

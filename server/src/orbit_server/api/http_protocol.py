@@ -1,0 +1,118 @@
+"""uvicorn's httptools protocol with Orbit's connection bounds and error envelope.
+
+uvicorn alone never closes a connection that has not sent a complete request: its keep-alive
+timeout is armed only after a response, so a client that connects and sends nothing, or sends a
+header line every few seconds (slowloris), holds the connection for ever. Its answer to framing
+the HTTP parser refuses (a negative, non-numeric or repeated ``Content-Length``, or one beside
+``Transfer-Encoding: chunked``) is plain text, outside the error envelope, because no ASGI
+application sees such a request. This protocol adds, per connection:
+
+- a header timeout: complete request headers must arrive within ``ORBIT_HTTP_HEADER_TIMEOUT_MS``
+  of the connection opening or of the previous response ending, or the connection is closed;
+- a cap: past ``ORBIT_HTTP_MAX_CONNECTIONS`` open HTTP connections (worker WebSockets are not
+  counted) a new one is answered ``503 unavailable`` and closed before anything is read;
+- the error envelope (``400 invalid_request``) for requests the parser refuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from orbit_server import errors
+from orbit_server.api.context import accept_request_id
+from orbit_server.api.errors import encode_error, error_headers
+from orbit_server.config import Settings
+
+_REASONS = {400: b"Bad Request", 503: b"Service Unavailable"}
+
+
+def error_response(error: errors.OrbitError) -> bytes:
+    """A complete HTTP/1.1 answer carrying ``error`` in the envelope, closing the connection."""
+    request_id = accept_request_id(None)
+    body = encode_error(error, request_id)
+    head = [
+        b"HTTP/1.1 %d %s" % (error.status, _REASONS.get(error.status, b"Error")),
+        b"content-type: application/json",
+        b"content-length: %d" % len(body),
+        b"connection: close",
+        b"x-request-id: " + request_id.encode(),
+    ]
+    head += [f"{k.lower()}: {v}".encode() for k, v in error_headers(error).items()]
+    return b"\r\n".join(head) + b"\r\n\r\n" + body
+
+
+class OrbitHttpProtocol(HttpToolsProtocol):
+    """One HTTP connection (see the module's docstring). Built by ``http_protocol(settings)``."""
+
+    header_timeout_s: float = 10.0
+    max_connections: int = 1000
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            self.connections.discard(self)
+            transport.write(
+                error_response(
+                    errors.Unavailable(
+                        "this server has too many open connections; retry in a moment"
+                    )
+                )
+            )
+            transport.close()
+            return
+        self._arm_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_timer()
+        super().connection_lost(exc)
+
+    def on_headers_complete(self) -> None:
+        self._disarm_header_timer()
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and not self.pipeline:
+            self._arm_header_timer()  # the next request's headers are due in time too
+
+    def send_400_response(self, msg: str) -> None:
+        self._disarm_header_timer()
+        error = errors.InvalidRequest(
+            "the request is not valid HTTP/1.1: check its request line and its framing headers "
+            "(one non-negative Content-Length, or Transfer-Encoding: chunked, not both)"
+        )
+        self.transport.write(error_response(error))
+        self.transport.close()
+
+    def _arm_header_timer(self) -> None:
+        self._disarm_header_timer()
+        self._header_timer = self.loop.call_later(self.header_timeout_s, self._header_timeout)
+
+    def _disarm_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _header_timeout(self) -> None:
+        self._header_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def http_protocol(settings: Settings) -> type[OrbitHttpProtocol]:
+    """The protocol class uvicorn builds each HTTP connection with, bound to ``settings``."""
+    return type(
+        "OrbitHttpProtocol",
+        (OrbitHttpProtocol,),
+        {
+            "header_timeout_s": settings.http_header_timeout_ms / 1000,
+            "max_connections": settings.http_max_connections,
+        },
+    )
