@@ -198,3 +198,15 @@ def test_status_reads_url_and_key_from_the_environment(tmp_path: Path) -> None:
         assert dev.stop() == 0
     assert good.code == 0 and "ready" in good.stdout and "default/dev" in good.stdout
     assert bad.code == 1 and "unauthenticated" in bad.stderr
+
+
+@pytest.mark.parametrize("command", ["server", "dev", "config"])
+def test_help_lists_every_setting_flag(command: str) -> None:
+    from orbit_server.config import describe_settings
+
+    shown = run_orbit(command, "--help", env={"COLUMNS": "200"})
+    assert shown.code == 0, shown.stderr
+    for _env, flag, _default, _doc in describe_settings():
+        if command == "dev" and flag == "--database-url":
+            continue  # dev always uses its own SQLite file
+        assert flag in shown.stdout, f"orbit {command} --help does not list {flag}"

@@ -12,7 +12,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from orbit_server import __version__
-from orbit_server.config import Settings, SettingsError
+from orbit_server.config import Settings, SettingsError, describe_settings
 
 T = TypeVar("T")
 
@@ -27,6 +27,22 @@ keys_app = typer.Typer(help="Create, list and revoke API keys (talks to the data
 app.add_typer(keys_app, name="keys")
 
 EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def settings_epilog(skip: frozenset[str] = frozenset()) -> str:
+    """The setting flags a command takes beside its own options, for its ``--help``."""
+    lines = [
+        f"  {flag} [{env}, default {default or 'none'}]: {doc}"
+        for env, flag, default, doc in describe_settings()
+        if flag not in skip
+    ]
+    # "\b" keeps click from re-wrapping the lines into one paragraph.
+    return "Every setting is also a flag (flags win over ORBIT_* variables):\n\n\b\n" + "\n".join(
+        lines
+    )
+
+
+OWN_FLAGS = frozenset({"--host", "--port", "--node-id", "--database-url", "--roles"})
 
 HostOpt = Annotated[str | None, typer.Option("--host", help="Address to bind [ORBIT_HOST]")]
 PortOpt = Annotated[
@@ -94,7 +110,10 @@ def version() -> None:
     typer.echo(__version__)
 
 
-@app.command(context_settings=EXTRA)
+@app.command(
+    context_settings=EXTRA,
+    epilog=settings_epilog(frozenset({"--host", "--port", "--database-url"})),
+)
 def dev(
     ctx: typer.Context,
     host: HostOpt = None,
@@ -116,7 +135,7 @@ def dev(
     raise typer.Exit(run(lambda: serve_dev(settings, data_dir.resolve())))
 
 
-@app.command(context_settings=EXTRA)
+@app.command(context_settings=EXTRA, epilog=settings_epilog(OWN_FLAGS))
 def server(
     ctx: typer.Context,
     host: HostOpt = None,
@@ -189,7 +208,7 @@ def status(
     raise typer.Exit(show_status(url, api_key))
 
 
-@app.command("config", context_settings=EXTRA)
+@app.command("config", context_settings=EXTRA, epilog=settings_epilog())
 def show_config(ctx: typer.Context) -> None:
     """Validate the configuration (environment and flags) and print it, secrets masked."""
     settings = load_settings(parse_extra_flags(ctx.args))
