@@ -15,6 +15,7 @@ import uvicorn
 from websockets.asyncio.client import ClientConnection, connect
 
 from orbit_server.bootstrap import build_app
+from orbit_server.gateway.asgi_ws import WorkerWebSocketProtocol
 from orbit_server.gateway.endpoint import Gateway
 from orbit_server.governance.keys import Role
 from orbit_server.runtime.node import Node
@@ -51,7 +52,7 @@ async def live(node: Node) -> AsyncIterator[Live]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(
-        app, ws="websockets-sansio", lifespan="off", log_config=None, access_log=False,
+        app, ws=WorkerWebSocketProtocol, lifespan="off", log_config=None, access_log=False,
         ws_max_size=node.settings.ws_max_frame_bytes,
     )  # fmt: skip
     server = _Server(config)

@@ -21,7 +21,7 @@ async def test_a_full_send_buffer_cuts_the_worker_off(node: Node) -> None:
         await asyncio.Event().wait()  # the socket does not drain
 
     conn = Connection(
-        session=Session("ses_1", "node", "w"), scope=SCOPE,
+        session=Session("ses_1", "node", "w"), scope=SCOPE, key_id="key_1",
         handlers=[p.Handler(queue="q", type="t")], capacity=1, workers=node.workers,
         batches=NodeBatches.of(node.workers),
         dispatcher=Dispatcher(node.workers, node.watch, node.metrics, max_leases=10),
@@ -31,5 +31,5 @@ async def test_a_full_send_buffer_cuts_the_worker_off(node: Node) -> None:
         conn.send(p.Drain(grace_ms=0))
     with pytest.raises(SlowConsumer):
         conn.send(p.Drain(grace_ms=0))
-    assert conn.closed.is_set()
+    assert conn.closed.is_set() and conn.close_code == 4429
     conn.send(p.Drain(grace_ms=0))  # after the cut nothing more is queued, nothing raises

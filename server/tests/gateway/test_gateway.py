@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from datetime import timedelta
 from typing import Any
 
@@ -50,7 +51,10 @@ async def closed_with(ws: Any) -> int:
     return closed.value.rcvd.code
 
 
-async def test_the_upgrade_is_refused_without_a_worker_key(live: Live) -> None:
+async def test_the_upgrade_is_refused_without_a_worker_key(
+    live: Live, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
     with pytest.raises(InvalidStatus) as missing:
         async with live.connect(key="nonsense"):
             pass
@@ -61,6 +65,8 @@ async def test_the_upgrade_is_refused_without_a_worker_key(live: Live) -> None:
             pass
     assert forbidden.value.response.status_code == 403
     assert b'"code":"forbidden"' in forbidden.value.response.body
+    # A routine refusal is no server error: nothing at ERROR (uvicorn logged one per refusal).
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 @pytest.mark.parametrize(

@@ -45,6 +45,7 @@ OPEN_TIMEOUT_S: Final = 10.0
 CLOSE_TIMEOUT_S: Final = 5.0
 FATAL_CLOSE_CODES: Final = {
     4400: "the server refused a frame as a protocol error (a bug in the worker)",
+    4401: "the API key was revoked",
     4403: "a handler names a queue the API key may not use",
     4409: "the server speaks no protocol version in common with this SDK",
 }

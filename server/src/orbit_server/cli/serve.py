@@ -23,6 +23,7 @@ from orbit_server.bootstrap import SchemaNotCurrent, build_app, build_node, data
 from orbit_server.cli.admin import report_error
 from orbit_server.config import Settings
 from orbit_server.errors import OrbitError, Unauthenticated
+from orbit_server.gateway.asgi_ws import WorkerWebSocketProtocol
 from orbit_server.governance.keys import ALL_ROLES
 from orbit_server.observability.logging import configure_logging
 from orbit_server.runtime.node import Node
@@ -218,7 +219,7 @@ async def serve(node: Node, *, announce_key: str | None = None) -> int:
         loop="none",
         http=http_protocol(settings),
         timeout_keep_alive=max(1, settings.http_idle_timeout_ms // 1000),
-        ws="websockets-sansio",
+        ws=WorkerWebSocketProtocol,
         lifespan="off",
         log_config=None,
         access_log=False,

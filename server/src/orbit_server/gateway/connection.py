@@ -59,6 +59,7 @@ class Connection:
         *,
         session: Session,
         scope: Scope,
+        key_id: str,
         handlers: list[p.Handler],
         capacity: int,
         workers: WorkerService,
@@ -70,6 +71,8 @@ class Connection:
     ) -> None:
         self.session = session
         self.scope = scope
+        self.key_id = key_id  # the API key it connected with (revocation closes it)
+        self.close_code: int | None = None  # why the server ends it, once it does
         self.credits = capacity
         self.draining = False
         self._handlers = handlers
@@ -145,6 +148,16 @@ class Connection:
             return True  # the leases are held by this session and run out if it is gone
         return True
 
+    def end(self, code: int, error: p.Error | None = None) -> None:
+        """End the connection from the server's side: ``error`` first if given, then the close
+        with ``code`` (``Gateway._run`` sends it)."""
+        if error is not None:
+            with contextlib.suppress(SlowConsumer):
+                self.send(error)
+        if self.close_code is None:
+            self.close_code = code
+        self.closed.set()
+
     # -- sending ------------------------------------------------------------------------------
 
     def send(self, frame: p.Frame) -> None:
@@ -155,6 +168,8 @@ class Connection:
             self._outbox.put_nowait(p.encode(frame))
         except asyncio.QueueFull:
             log.warning("worker too slow: send buffer full", session=self.session.session_id)
+            if self.close_code is None:
+                self.close_code = p.CLOSE_TOO_SLOW
             self.closed.set()
             raise SlowConsumer() from None
 

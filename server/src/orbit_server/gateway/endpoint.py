@@ -25,6 +25,7 @@ from orbit_server.runtime.node import Node
 log = structlog.get_logger("orbit.gateway")
 
 PATH = "/v1/worker"
+CLOSE_SEND_S = 1.0  # longest the close frame may wait for room to be written
 
 
 class Rejected(Exception):
@@ -51,6 +52,7 @@ class Gateway:
     async def start(self) -> None:
         """Close sessions a previous run of this node left open; keep this run's alive."""
         self._node.watch.on_cancel_requested(self._push_cancel)
+        self._node.keys.on_revoked(lambda key_id: self._close_revoked({key_id}))
         with contextlib.suppress(Unavailable):
             await self._node.sessions.close_all_of_node()
         self._touching = asyncio.create_task(self._touch_loop(), name="worker-sessions")
@@ -66,16 +68,33 @@ class Gateway:
                         conn.send(p.Cancel(items=[p.CancelItem(task_id=task_id, attempt=attempt,
                                                                reason=reason)]))  # fmt: skip
 
+    def _close_revoked(self, key_ids: set[str]) -> None:
+        """Connections of revoked keys end (4401): they receive no more work."""
+        for conn in list(self._connections):
+            if conn.key_id in key_ids:
+                log.info("closing a worker connection: its API key was revoked",
+                         session=conn.session.session_id)  # fmt: skip
+                conn.end(
+                    p.CLOSE_UNAUTHENTICATED,
+                    _error("unauthenticated", "this API key has been revoked"),
+                )
+
     async def _touch_loop(self) -> None:
+        """Every heartbeat interval: this node's sessions are alive, and connections whose key
+        was revoked meanwhile (on any node) end."""
         interval = self._node.settings.heartbeat_ms / 1000
         while True:
             await asyncio.sleep(interval)
-            try:
-                await self._node.sessions.touch()
-            except Unavailable as exc:
-                log.warning(
-                    "worker sessions not refreshed: database unavailable", reason=exc.message
-                )
+            await self.check_sessions()
+
+    async def check_sessions(self) -> None:
+        try:
+            await self._node.sessions.touch()
+            keys = {conn.key_id for conn in self._connections}
+            if keys:
+                self._close_revoked(await self._node.keys.unusable(keys))
+        except Unavailable as exc:
+            log.warning("worker sessions not refreshed: database unavailable", reason=exc.message)
 
     async def drain(self) -> None:
         """Stop claiming, tell every worker to drain, wait for in-flight work up to the grace
@@ -165,6 +184,9 @@ class Gateway:
             return p.decode(data)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise Rejected(p.CLOSE_PROTOCOL, _error("invalid_frame", str(exc))) from None
+        except RecursionError:  # JSON nested deeper than the decoder goes
+            raise Rejected(p.CLOSE_PROTOCOL, _error("invalid_frame",
+                           "the frame's JSON is nested too deeply")) from None  # fmt: skip
 
     async def _serve(self, principal: Principal, receive: Any, send: Any) -> None:
         settings = self._node.settings
@@ -196,9 +218,9 @@ class Gateway:
 
         conn = Connection(
             session=Session(opened.session_id, settings.node_id, hello.worker_id),
-            scope=principal.scope, handlers=handlers, capacity=hello.capacity,
-            workers=self._node.workers, batches=self.batches, dispatcher=self.dispatcher,
-            clock=self._node.clock,
+            scope=principal.scope, key_id=principal.key_id, handlers=handlers,
+            capacity=hello.capacity, workers=self._node.workers, batches=self.batches,
+            dispatcher=self.dispatcher, clock=self._node.clock,
             metrics=self._node.metrics, send_text=send_text,
         )  # fmt: skip
         conn.max_credits = settings.worker_max_capacity
@@ -261,6 +283,8 @@ class Gateway:
                 close_code = p.CLOSE_TOO_SLOW if isinstance(exc, SlowConsumer) else p.CLOSE_INTERNAL
                 if not isinstance(exc, SlowConsumer):
                     log.error("worker request failed", exc_info=exc)
+            elif closed in done and conn.close_code is not None:
+                close_code = conn.close_code  # revoked, or a worker that does not read
             elif closed in done and not conn.draining:
                 close_code = p.CLOSE_TOO_SLOW
         finally:
@@ -276,8 +300,11 @@ class Gateway:
                     await writer  # flush what is queued (answers, drain notice)
             writer.cancel()
             if close_code is not None:
+                # Bounded: a worker that does not read leaves no room for the close frame. The
+                # protocol (asgi_ws.py) then aborts the TCP connection.
                 with contextlib.suppress(Exception):
-                    await send({"type": "websocket.close", "code": close_code})
+                    async with asyncio.timeout(CLOSE_SEND_S):
+                        await send({"type": "websocket.close", "code": close_code})
             self._connections.discard(conn)
             self.dispatcher.changed.set()
             self._node.metrics.worker_connections.dec()

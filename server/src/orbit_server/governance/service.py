@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from orbit_server.audit import Actor, AuditWriter
@@ -33,6 +34,7 @@ class KeyService:
         self._db = db
         self._clock = clock
         self._audit = audit
+        self._revoked_listeners: list[Callable[[str], None]] = []
 
     async def create(
         self,
@@ -119,7 +121,22 @@ class KeyService:
         revoked = await self._db.run(unit)
         if revoked is None:
             raise NotFound("no such API key")
+        for listener in self._revoked_listeners:
+            listener(key_id)
         return revoked
+
+    def on_revoked(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(key_id)`` after a revocation made on this node has committed (the
+        worker gateway closes that key's connections at once)."""
+        self._revoked_listeners.append(listener)
+
+    async def unusable(self, key_ids: Collection[str]) -> set[str]:
+        """Which of ``key_ids`` were revoked (on any node) or deleted: one indexed read."""
+
+        async def unit(tx: Tx) -> set[str]:
+            return await gov.keys_unusable(tx, list(key_ids))
+
+        return await self._db.read(unit)
 
     async def authenticate(self, token: str | None) -> Principal:
         """The principal of a bearer token; Unauthenticated for a missing, bad or revoked key."""

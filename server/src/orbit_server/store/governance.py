@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -129,6 +130,15 @@ async def key_list(
             },
         )
     return [_key(r) for r in rows]
+
+
+async def keys_unusable(tx: Tx, key_ids: Sequence[str]) -> set[str]:
+    """Those of ``key_ids`` that were revoked or no longer exist."""
+    wanted = sorted(set(key_ids))
+    if not wanted:
+        return set()
+    rows = await tx.fetch_all("keys_unusable", {"ids": wanted})
+    return set(wanted) - {str(r["id"]) for r in rows}
 
 
 async def key_revoke(tx: Tx, key_id: str, now: datetime) -> bool:

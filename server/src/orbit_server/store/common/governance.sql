@@ -30,6 +30,10 @@ SELECT id, tenant, environment, name, roles, queues, secret_hash, created_at, re
 -- name: key_revoke
 UPDATE api_keys SET revoked_at = :revoked_at WHERE id = :id AND revoked_at IS NULL
 
+-- name: keys_unusable
+-- Of the given keys, those revoked or gone (by primary key).
+SELECT id FROM api_keys WHERE id IN (:ids) AND revoked_at IS NULL
+
 -- name: audit_insert
 INSERT INTO audit_log (id, tenant, environment, actor, action, target_kind, target_id, details, request_id, created_at)
 VALUES (:id, :tenant, :environment, :actor, :action, :target_kind, :target_id, :details, :request_id, :created_at)
