@@ -74,3 +74,9 @@ def test_readyz_follows_the_database_down_and_back(private_mariadb: MariaDBServe
         print(f"readyz 503 after {went_down:.2f}s down, 200 after {came_back:.2f}s back")
     finally:
         assert server.stop() == 0
+    # The outage is told in a few lines: when it began and when it ended, not once per
+    # refused pass (the background loops tried every half second meanwhile).
+    log = server.stderr.splitlines()
+    assert len([line for line in log if "database unavailable: refusing work" in line]) == 1
+    assert len([line for line in log if "database available again" in line]) == 1
+    assert [line for line in log if "skipped" in line] == []

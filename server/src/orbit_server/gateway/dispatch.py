@@ -175,7 +175,7 @@ class Dispatcher:
                 try:
                     takes = await self._reserve(key)
                 except Unavailable as exc:
-                    log.warning("claim skipped: database unavailable", reason=exc.message)
+                    log.debug("claim skipped: database unavailable", reason=exc.message)
                     interval = self._poll_max_s
                 if takes:
                     # Run the claim beside the loop: while it commits, another connection's
@@ -248,7 +248,7 @@ class Dispatcher:
                 [ClaimRequest(r.session, tuple(r.wants(queue, take)), take) for r, take in takes],
             )
         except Unavailable as exc:
-            log.warning("claim skipped: database unavailable", reason=exc.message)
+            log.debug("claim skipped: database unavailable", reason=exc.message)
             return None
         except Exception:
             log.exception("claim failed", queue=queue)

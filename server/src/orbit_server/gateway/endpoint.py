@@ -94,7 +94,7 @@ class Gateway:
             if keys:
                 self._close_revoked(await self._node.keys.unusable(keys))
         except Unavailable as exc:
-            log.warning("worker sessions not refreshed: database unavailable", reason=exc.message)
+            log.debug("worker sessions not refreshed: database unavailable", reason=exc.message)
 
     async def drain(self) -> None:
         """Stop claiming, tell every worker to drain, wait for in-flight work up to the grace

@@ -9,12 +9,19 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from orbit_server.errors import TransientError, Unavailable
+from orbit_server.errors import DatabaseUnavailable, TransientError, Unavailable
 from orbit_server.pulse.admission import KeyAdmissions
 from orbit_server.pulse.scheduler import PassReport, Scheduler
 from orbit_server.pulse.worker import WorkerService
 
 log = structlog.get_logger("orbit.pulse")
+
+
+def log_skipped(logger: structlog.stdlib.BoundLogger, what: str, exc: TransientError) -> None:
+    """A background pass that met a transient refusal: at DEBUG while the database is away
+    (the store logs the outage once, and when it is back), else a warning."""
+    level = logger.debug if isinstance(exc, DatabaseUnavailable) else logger.warning
+    level(f"{what} skipped", code=exc.code, reason=exc.message)
 
 
 async def recovery_loop(
@@ -32,7 +39,7 @@ async def recovery_loop(
             promoted = await worker.promote_due()
             admitted = await admissions.finish_stale()
         except Unavailable as exc:
-            log.warning("recovery pass skipped: database unavailable", reason=exc.message)
+            log.debug("recovery pass skipped: database unavailable", reason=exc.message)
             expired = promoted = admitted = 0
         if expired == 0 and promoted == 0 and admitted == 0:
             await asyncio.sleep(interval_s)
@@ -58,7 +65,7 @@ async def retention_loop(prune: Callable[[], Awaitable[int]], *, interval_s: flo
         try:
             removed = await prune()
         except Unavailable as exc:
-            log.warning("retention pass skipped: database unavailable", reason=exc.message)
+            log.debug("retention pass skipped: database unavailable", reason=exc.message)
             removed = 0
         if removed == 0:
             await asyncio.sleep(interval_s)
@@ -91,7 +98,11 @@ async def scheduler_loop(
             width = 1
             next_due = await scheduler.next_due()
         except TransientError as exc:  # the database is down, a queue filled up meanwhile
-            log.warning("scheduler pass skipped", code=exc.code, reason=exc.message)
+            log_skipped(log, "scheduler pass", exc)
+            await asyncio.sleep(retry_s)
+            continue
+        except Exception:  # a bug must not stop every schedule's slots on this node
+            log.exception("scheduler pass failed")
             await asyncio.sleep(retry_s)
             continue
         wait_s = refresh_s

@@ -15,14 +15,19 @@ from __future__ import annotations
 import abc
 import asyncio
 import random
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
 import msgspec
+import structlog
 
+from orbit_server.errors import DatabaseUnavailable
 from orbit_server.store.sql import Dialect, QueryBook
+
+log = structlog.get_logger("orbit.store")
 
 T = TypeVar("T")
 Row = dict[str, Any]
@@ -92,6 +97,38 @@ class ServerInfo:
     warnings: tuple[str, ...] = ()
 
 
+class Availability:
+    """Whether the database answers, as this process sees it, and the lines that say so: one
+    when it stops answering, one every ``report_every_s`` while it stays away (with how many
+    units it refused meanwhile), one when it answers again. The loops and requests that meet
+    the outage log it at DEBUG only, so an outage is a few lines, not hundreds a second."""
+
+    def __init__(self, report_every_s: float = 30.0) -> None:
+        self.report_every_s = report_every_s
+        self.down_since: float | None = None
+        self.refused = 0
+        self._reported = 0.0
+
+    def failed(self, error: DatabaseUnavailable) -> None:
+        now = time.monotonic()
+        self.refused += 1
+        if self.down_since is None:
+            self.down_since = self._reported = now
+            log.warning("database unavailable: refusing work until it answers again",
+                        reason=error.message)  # fmt: skip
+        elif now - self._reported >= self.report_every_s:
+            self._reported = now
+            log.warning("database still unavailable", down_s=round(now - self.down_since, 1),
+                        refused=self.refused, reason=error.message)  # fmt: skip
+
+    def answered(self) -> None:
+        if self.down_since is not None:
+            log.info("database available again",
+                     down_s=round(time.monotonic() - self.down_since, 1),
+                     refused=self.refused)  # fmt: skip
+            self.down_since, self.refused = None, 0
+
+
 class Database(abc.ABC):
     """A database backend. Build one with :func:`orbit_server.store.open_database`."""
 
@@ -101,6 +138,7 @@ class Database(abc.ABC):
     def __init__(self, retry: RetryPolicy | None = None, unit_timeout_s: float = 30.0) -> None:
         self.retry = retry or RetryPolicy()
         self.unit_timeout_s = unit_timeout_s
+        self.availability = Availability()
 
     async def run(self, unit: Unit[T], *, write: bool = True, timeout_s: float | None = None) -> T:
         """Run ``unit`` in one transaction and commit; retry it whole on transient conflicts.
@@ -113,15 +151,24 @@ class Database(abc.ABC):
         while True:
             attempt += 1
             try:
-                return await self._run_once(unit, write=write, timeout_s=limit_s)
+                result = await self._run_once(unit, write=write, timeout_s=limit_s)
+            except DatabaseUnavailable as exc:
+                self.availability.failed(exc)
+                raise
             except (TransientConflict, ConnectionLost) as exc:
                 # A lost connection is retried once (a pooled connection may have gone stale
                 # while the server restarted); a second loss means the server is down, and
                 # waiting for more connect timeouts would only delay the 503.
                 limit = self.retry.max_attempts if isinstance(exc, TransientConflict) else 2
                 if attempt >= limit:
-                    raise self._exhausted(exc) from exc
+                    error = self._exhausted(exc)
+                    if isinstance(exc, ConnectionLost) and isinstance(error, DatabaseUnavailable):
+                        self.availability.failed(error)  # lock conflicts are no outage
+                    raise error from exc
                 await asyncio.sleep(self.retry.delay(attempt))
+            else:
+                self.availability.answered()
+                return result
 
     def read(self, unit: Unit[T]) -> Awaitable[T]:
         """Run a read-only unit (no write lock on SQLite)."""

@@ -25,6 +25,7 @@ import structlog
 from orbit_server.clock import Clock
 from orbit_server.errors import QueueFull, TransientError
 from orbit_server.pulse.events import EventConsumer
+from orbit_server.pulse.loops import log_skipped
 from orbit_server.pulse.service import TaskService
 from orbit_server.store import Database, Tx
 from orbit_server.store import weave as store
@@ -290,7 +291,7 @@ async def events_loop(runner: Runner, changed: asyncio.Event, *, interval_s: flo
         try:
             handled = await runner.consume()
         except TransientError as exc:
-            log.warning("workflow events pass skipped", code=exc.code, reason=exc.message)
+            log_skipped(log, "workflow events pass", exc)
             handled = 0
             await asyncio.sleep(1.0)
         except Exception:  # a bug must not stop every instance's advancement on this node
@@ -316,7 +317,7 @@ async def waits_loop(
                 continue
             next_wake = await runner.next_wake()
         except TransientError as exc:
-            log.warning("workflow waits pass skipped", code=exc.code, reason=exc.message)
+            log_skipped(log, "workflow waits pass", exc)
             await asyncio.sleep(1.0)
             continue
         except Exception:  # a bug must not stop every instance's waits on this node
