@@ -327,6 +327,27 @@ async def test_a_claim_of_several_tasks_shares_and_moves_the_rotation(node: Node
     assert [lease.task.fairness_key for lease in third] == ["A"]
 
 
+@pytest.mark.covers("attempts_ended")
+async def test_attempts_of_a_task_never_overlap_across_nodes(
+    node: Node, settings: Settings, clock: FakeClock
+) -> None:
+    """Times are each node's clock at the start of its transaction. Node A, 5 ms ahead of
+    node B, ends attempt 1 (its lease expired); B leases attempt 2 on its own clock, which
+    would put that lease 5 ms before the end of the attempt it follows."""
+    ahead = FakeClock(clock.now() + timedelta(milliseconds=5))
+    node_a = await build_node(settings, db=node.db, clock=ahead)
+    [task_id] = await submit(node)
+    assert len(await claim(node)) == 1
+    for c in (clock, ahead):
+        c.advance(timedelta(milliseconds=node.settings.lease_ms + 1))
+    assert await node_a.workers.expire_leases() == 1  # unstarted: back to pending
+    [second] = await claim(node)
+    assert second.ref.attempt == 2
+    one, two = await node.tasks.attempts(SCOPE, task_id)
+    assert one.ended_at is not None and two.leased_at >= one.ended_at
+    assert one.ended_at == ahead.now()
+
+
 async def test_a_fairness_key_met_outside_the_remembered_set_gets_its_share_next(
     node: Node,
 ) -> None:

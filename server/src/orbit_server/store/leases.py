@@ -510,7 +510,16 @@ async def tasks_get_many(tx: Tx, task_ids: Sequence[str]) -> list[TaskRecord]:
 
 
 async def attempts_insert(tx: Tx, leased: Sequence[TaskRecord], now: datetime) -> None:
-    """One attempt row per new lease, numbered by the lease epoch."""
+    """One attempt row per new lease, numbered by the lease epoch. An attempt is never leased
+    before the one it follows ended: ``now`` is when this transaction began, on this node's
+    clock, and the previous attempt's end may be later (a transaction that committed while
+    this one ran, another node's clock ahead of this one's) — then it leases at that end."""
+    ended: dict[str, datetime] = {}
+    later = {t.id: t.lease_epoch - 1 for t in leased if t.lease_epoch > 1}
+    if later:
+        for r in await tx.fetch_all("attempts_ended", {"task_ids": sorted(later)}):
+            if int(r["number"]) == later[str(r["task_id"])] and r["ended_at"] is not None:
+                ended[str(r["task_id"])] = r["ended_at"]
     await tx.execute_many(
         "attempt_insert",
         [
@@ -520,7 +529,7 @@ async def attempts_insert(tx: Tx, leased: Sequence[TaskRecord], now: datetime) -
                 "worker_id": t.worker_id,
                 "session_id": t.session_id,
                 "node": t.node,
-                "leased_at": now,
+                "leased_at": max(now, ended.get(t.id, now)),
                 "lease_expires_at": t.lease_expires_at,
             }
             for t in leased

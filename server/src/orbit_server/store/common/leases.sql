@@ -25,6 +25,10 @@ UPDATE tasks SET state = 'leased', lease_epoch = lease_epoch + 1, lease_token = 
 -- name: tasks_get_many
 SELECT * FROM tasks WHERE id IN (:task_ids)
 
+-- name: attempts_ended
+-- When the attempts of tasks about to be leased again ended (by primary key).
+SELECT task_id, number, ended_at FROM task_attempts WHERE task_id IN (:task_ids)
+
 -- name: attempt_insert
 INSERT INTO task_attempts (task_id, number, state, cause, worker_id, session_id, node, leased_at,
                            started_at, ended_at, lease_expires_at, error)
