@@ -123,6 +123,9 @@ class Schedule(msgspec.Struct, frozen=True, kw_only=True):
     """The newest ledger entries (up to 10), newest first."""
     preview: list[datetime] | None = None
     """The next fire times, when asked for with ``get_schedule(name, preview=N)``."""
+    failure: str | None = None
+    """Why the scheduler could not fire it at its last try (it tries again a minute later);
+    ``None`` once it fires."""
     created_at: datetime
     updated_at: datetime
 
@@ -136,7 +139,7 @@ class Backfill(msgspec.Struct, frozen=True, kw_only=True):
     start: datetime = msgspec.field(name="from")
     end: datetime = msgspec.field(name="to")
     state: str
-    """``running`` or ``done``."""
+    """``running``, ``done`` or ``failed`` (``failure`` says why)."""
     cursor: datetime | None = None
     """The last slot handled so far."""
     fired: int
@@ -145,6 +148,8 @@ class Backfill(msgspec.Struct, frozen=True, kw_only=True):
     """Slots left alone because they already had one."""
     created_at: datetime
     finished_at: datetime | None = None
+    failure: str | None = None
+    """Why the backfill failed, when ``state`` is ``failed``."""
 
 
 class SchedulePage(msgspec.Struct, frozen=True, kw_only=True):

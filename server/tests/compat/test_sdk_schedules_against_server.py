@@ -86,7 +86,8 @@ async def test_every_schedule_call_round_trips(
     while (await node.scheduler.run_backfills()).handled:
         pass
     done = await sdk.get_backfill("nightly", backfill.id)
-    assert (done.state, done.fired, done.existing) == ("done", 1, 2)
+    assert (done.state, done.fired, done.existing, done.failure) == ("done", 1, 2, None)
+    assert (await sdk.get_schedule("nightly")).failure is None  # set while it cannot fire
     assert [b.id for b in await sdk.list_backfills("nightly")] == [backfill.id]
 
     page = await sdk.list_schedules(limit=10)
