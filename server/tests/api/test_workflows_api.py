@@ -579,7 +579,7 @@ async def test_pause_resume_and_cancel_with_and_without_a_body(
     assert cancelled.status_code == 200
     view = cancelled.json()
     assert (view["state"], view["finished_at"]) == ("cancelled", START)
-    assert view["error"] == {"code": "cancelled", "message": "cancelled by an operator"}
+    assert view["error"] == {"code": "cancelled", "message": "cancelled on request"}
     step_task = view["steps"][0]["task_id"]
     assert (await http.get(f"/v1/tasks/{step_task}", headers=operator)).json()["state"] == (
         "cancelled"

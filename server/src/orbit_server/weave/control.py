@@ -94,7 +94,7 @@ class Control:
                 if advance.wf.state == WorkflowState.CANCELLED:
                     return
                 raise StateConflict(f"a {advance.wf.state} workflow cannot be cancelled")
-            error = {"code": "cancelled", "message": reason or "cancelled by an operator"}
+            error = {"code": "cancelled", "message": reason or "cancelled on request"}
             await advance.finish(WorkflowState.CANCELLED, error=error)
 
         _, workflow = await self.run_locked(
