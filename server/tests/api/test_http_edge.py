@@ -83,6 +83,38 @@ async def test_roles_are_checked_before_the_body(
     assert_error(response, 403, "forbidden", "permission")
 
 
+# Workflow and schedule writes with a body the server refuses, and the roles that may call them.
+WORKFLOW_AND_SCHEDULE_WRITES = [
+    ("POST", "/v1/workflow-definitions", b'["not", "an", "object"]', Role.OPERATOR),
+    ("POST", "/v1/workflows", b'{"definition": 1}', Role.SUBMITTER),
+    ("POST", "/v1/workflows/wf_x/signals", b'{"name": ""}', Role.SUBMITTER),
+    ("POST", "/v1/workflows/wf_x/pause", b'{"reason": 1}', Role.OPERATOR),
+    ("POST", "/v1/workflows/wf_x/resume", b'{"reason": 1}', Role.ADMIN),
+    ("POST", "/v1/workflows/wf_x/cancel", b'{"reason": 1}', Role.SUBMITTER),
+    ("POST", "/v1/workflows/wf_x/steps/s/retry", b'{"unknown": 1}', Role.OPERATOR),
+    ("POST", "/v1/workflows/wf_x/steps/s/skip", b'{"outputs": 1}', Role.OPERATOR),
+    ("POST", "/v1/workflows/wf_x/steps/s/resolve", b'{"outcome": "maybe"}', Role.ADMIN),
+    ("POST", "/v1/schedules", b'{"name": 1}', Role.OPERATOR),
+    ("PATCH", "/v1/schedules/s", b'{"cron": 1}', Role.OPERATOR),
+    ("POST", "/v1/schedules/s/pause", b'{"reason": 1}', Role.OPERATOR),
+    ("POST", "/v1/schedules/s/backfill", b'{"from": "yesterday"}', Role.OPERATOR),
+    ("POST", "/v1/schedules/s/backfill", b'{"from": ', Role.OPERATOR),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "allowed"), WORKFLOW_AND_SCHEDULE_WRITES)
+async def test_workflow_and_schedule_roles_are_checked_before_the_body(
+    http: httpx2.AsyncClient, node: Node, method: str, path: str, body: bytes, allowed: Role
+) -> None:
+    worker = await make_key(node, SCOPE, Role.WORKER)
+    response = await http.request(method, path, content=body, headers={**bearer(worker), **JSON})
+    assert_error(response, 403, "forbidden", "permission")
+    # The same body from a key with the role is refused for what it is.
+    key = await make_key(node, SCOPE, allowed)
+    response = await http.request(method, path, content=body, headers={**bearer(key), **JSON})
+    assert_error(response, 400, "invalid_request", "protocol")
+
+
 @pytest.mark.parametrize(
     ("path", "body"),
     [

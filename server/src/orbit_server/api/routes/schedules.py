@@ -12,7 +12,7 @@ from litestar import Response, delete, get, patch, post
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from msgspec import UNSET
 
-from orbit_server.api.auth import actor_of
+from orbit_server.api.auth import actor_of, roles
 from orbit_server.api.deps import NodeDep, PrincipalDep
 from orbit_server.api.pagination import decode_cursor, encode_cursor, next_cursor, page_limit
 from orbit_server.api.routes.tasks import to_spec
@@ -36,6 +36,7 @@ from orbit_server.pulse.schedules import Catchup, Definition, Overlap, TimingSpe
 from orbit_server.runtime.node import Node
 
 READERS = (Role.SUBMITTER, Role.OPERATOR, Role.ADMIN)
+OPERATORS = (Role.OPERATOR,)
 MAX_BACKFILLS = 100
 PATCHABLE = ("cron", "timezone", "interval_ms", "catchup", "catchup_max", "overlap", "start_at",
              "end_at")  # fmt: skip
@@ -71,11 +72,16 @@ async def _view(node: Node, principal: Principal, name: str) -> Schedule:
     return Schedule.of(await node.schedules.get(principal.scope, name))
 
 
-@post("/v1/schedules", summary="Create a schedule", tags=["schedules"], status_code=201)
+@post(
+    "/v1/schedules",
+    summary="Create a schedule",
+    tags=["schedules"],
+    status_code=201,
+    opt=roles(*OPERATORS),
+)
 async def create_schedule(
     data: JSONBody[ScheduleIn], principal: PrincipalDep, node: NodeDep
 ) -> Response[Schedule]:
-    principal.require(Role.OPERATOR)
     if (data.cron is None) == (data.interval_ms is None):
         raise InvalidRequest("give exactly one of cron and interval_ms")
     definition = Definition(
@@ -93,14 +99,13 @@ async def create_schedule(
     return Response(await _view(node, principal, data.name), status_code=201 if created else 200)
 
 
-@get("/v1/schedules", summary="Schedules, by name", tags=["schedules"])
+@get("/v1/schedules", summary="Schedules, by name", tags=["schedules"], opt=roles(*READERS))
 async def list_schedules(
     principal: PrincipalDep,
     node: NodeDep,
     limit: Annotated[int | None, QueryParameter(ge=1, le=500)] = None,
     cursor: FromQuery[str | None] = None,
 ) -> ScheduleList:
-    principal.require(*READERS)
     size = page_limit(limit)
     views = await node.schedules.list_schedules(
         principal.scope, after=decode_cursor(cursor), limit=size
@@ -115,6 +120,7 @@ async def list_schedules(
     "/v1/schedules/{name:str}",
     summary="One schedule; preview=N adds its next N fire times",
     tags=["schedules"],
+    opt=roles(*READERS),
 )
 async def get_schedule(
     name: FromPath[str],
@@ -122,15 +128,18 @@ async def get_schedule(
     node: NodeDep,
     preview: Annotated[int | None, QueryParameter(ge=1, le=100)] = None,
 ) -> Schedule:
-    principal.require(*READERS)
     return Schedule.of(await node.schedules.get(principal.scope, name, preview_count=preview or 0))
 
 
-@patch("/v1/schedules/{name:str}", summary="Change a schedule (a new version)", tags=["schedules"])
+@patch(
+    "/v1/schedules/{name:str}",
+    summary="Change a schedule (a new version)",
+    tags=["schedules"],
+    opt=roles(*OPERATORS),
+)
 async def update_schedule(
     name: FromPath[str], data: JSONBody[SchedulePatch], principal: PrincipalDep, node: NodeDep
 ) -> Schedule:
-    principal.require(Role.OPERATOR)
     changes = {field: value for field in PATCHABLE if (value := getattr(data, field)) is not UNSET}
     if "catchup" in changes:
         changes["catchup"] = Catchup(changes["catchup"])
@@ -146,15 +155,19 @@ async def update_schedule(
     return await _view(node, principal, name)
 
 
-@delete("/v1/schedules/{name:str}", summary="Delete a schedule", tags=["schedules"])
+@delete(
+    "/v1/schedules/{name:str}",
+    summary="Delete a schedule",
+    tags=["schedules"],
+    opt=roles(*OPERATORS),
+)
 async def delete_schedule(name: FromPath[str], principal: PrincipalDep, node: NodeDep) -> None:
-    principal.require(Role.OPERATOR)
     await node.schedules.delete(principal.scope, name, actor=actor_of(principal))
 
 
 @post(
     "/v1/schedules/{name:str}/pause", summary="Pause a schedule", tags=["schedules"],
-    status_code=200,
+    status_code=200, opt=roles(*OPERATORS),
 )  # fmt: skip
 async def pause_schedule(
     name: FromPath[str],
@@ -162,7 +175,6 @@ async def pause_schedule(
     node: NodeDep,
     data: JSONBody[PauseIn | None] = None,
 ) -> Schedule:
-    principal.require(Role.OPERATOR)
     reason = data.reason if data is not None else None
     await node.schedules.pause(principal.scope, name, reason=reason, actor=actor_of(principal))
     return await _view(node, principal, name)
@@ -170,20 +182,18 @@ async def pause_schedule(
 
 @post(
     "/v1/schedules/{name:str}/resume", summary="Resume a schedule", tags=["schedules"],
-    status_code=200,
+    status_code=200, opt=roles(*OPERATORS),
 )  # fmt: skip
 async def resume_schedule(name: FromPath[str], principal: PrincipalDep, node: NodeDep) -> Schedule:
-    principal.require(Role.OPERATOR)
     await node.schedules.resume(principal.scope, name, actor=actor_of(principal))
     return await _view(node, principal, name)
 
 
 @post(
     "/v1/schedules/{name:str}/trigger", summary="Fire a schedule now", tags=["schedules"],
-    status_code=201,
+    status_code=201, opt=roles(*OPERATORS),
 )  # fmt: skip
 async def trigger_schedule(name: FromPath[str], principal: PrincipalDep, node: NodeDep) -> Fire:
-    principal.require(Role.OPERATOR)
     return Fire.of(await node.schedules.trigger(principal.scope, name, actor=actor_of(principal)))
 
 
@@ -192,11 +202,11 @@ async def trigger_schedule(name: FromPath[str], principal: PrincipalDep, node: N
     summary="Fire the slots of a past time range that have no task",
     tags=["schedules"],
     status_code=202,
+    opt=roles(*OPERATORS),
 )
 async def backfill_schedule(
     name: FromPath[str], data: JSONBody[BackfillIn], principal: PrincipalDep, node: NodeDep
 ) -> Backfill:
-    principal.require(Role.OPERATOR)
     record = await node.schedules.backfill(
         principal.scope, name, data.from_, data.to, actor=actor_of(principal),
         max_slots=node.settings.schedule_backfill_max_slots,
@@ -207,30 +217,28 @@ async def backfill_schedule(
 
 @get(
     "/v1/schedules/{name:str}/backfills", summary="A schedule's backfills, newest first",
-    tags=["schedules"],
+    tags=["schedules"], opt=roles(*READERS),
 )  # fmt: skip
 async def list_backfills(
     name: FromPath[str], principal: PrincipalDep, node: NodeDep
 ) -> BackfillList:
-    principal.require(*READERS)
     found = await node.schedules.backfills(principal.scope, name, limit=MAX_BACKFILLS)
     return BackfillList(items=[Backfill.of(b) for b in found], next_cursor=None)
 
 
 @get(
     "/v1/schedules/{name:str}/backfills/{backfill_id:str}", summary="One backfill",
-    tags=["schedules"],
+    tags=["schedules"], opt=roles(*READERS),
 )  # fmt: skip
 async def get_backfill(
     name: FromPath[str], backfill_id: FromPath[str], principal: PrincipalDep, node: NodeDep
 ) -> Backfill:
-    principal.require(*READERS)
     return Backfill.of(await node.schedules.backfill_status(principal.scope, name, backfill_id))
 
 
 @get(
     "/v1/schedules/{name:str}/fires", summary="A schedule's fire ledger, newest first",
-    tags=["schedules"],
+    tags=["schedules"], opt=roles(*READERS),
 )  # fmt: skip
 async def list_fires(
     name: FromPath[str],
@@ -239,7 +247,6 @@ async def list_fires(
     limit: Annotated[int | None, QueryParameter(ge=1, le=500)] = None,
     cursor: FromQuery[str | None] = None,
 ) -> FireList:
-    principal.require(*READERS)
     size = page_limit(limit)
     position = decode_cursor(cursor)
     try:

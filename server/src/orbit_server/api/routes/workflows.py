@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from litestar import Response, get, post
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
-from orbit_server.api.auth import actor_of
+from orbit_server.api.auth import actor_of, roles
 from orbit_server.api.deps import NodeDep, PrincipalDep
 from orbit_server.api.pagination import decode_cursor, next_cursor, page_limit
 from orbit_server.api.wire_workflows import (
@@ -50,11 +50,11 @@ Steer = Callable[..., Awaitable[WorkflowRecord]]
     "contracts/workflow-definition.schema.json)",
     tags=["workflows"],
     status_code=201,
+    opt=roles(*OPERATORS),
 )
 async def publish_definition(
     data: JSONBody[dict[str, Any]], principal: PrincipalDep, node: NodeDep
 ) -> Response[WorkflowDefinition]:
-    principal.require(*OPERATORS)
     record, created = await node.workflows.publish(
         principal.scope, unwrapped(data), actor=actor_of(principal)
     )
@@ -85,7 +85,12 @@ def unwrapped(data: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-@get("/v1/workflow-definitions", summary="Definition versions by name", tags=["workflows"])
+@get(
+    "/v1/workflow-definitions",
+    summary="Definition versions by name",
+    tags=["workflows"],
+    opt=roles(*READERS),
+)
 async def list_definitions(
     principal: PrincipalDep,
     node: NodeDep,
@@ -93,7 +98,6 @@ async def list_definitions(
     limit: Annotated[int | None, QueryParameter(ge=1, le=500)] = None,
     cursor: FromQuery[str | None] = None,
 ) -> DefinitionList:
-    principal.require(*READERS)
     size = page_limit(limit)
     position = decode_cursor(cursor)
     after = None
@@ -115,19 +119,24 @@ async def list_definitions(
     "/v1/workflow-definitions/{name:str}/versions/{version:str}",
     summary="One definition version",
     tags=["workflows"],
+    opt=roles(*READERS),
 )
 async def get_definition(
     name: FromPath[str], version: FromPath[str], principal: PrincipalDep, node: NodeDep
 ) -> WorkflowDefinition:
-    principal.require(*READERS)
     return WorkflowDefinition.full(await node.workflows.definition(principal.scope, name, version))
 
 
-@post("/v1/workflows", summary="Start a workflow", tags=["workflows"], status_code=201)
+@post(
+    "/v1/workflows",
+    summary="Start a workflow",
+    tags=["workflows"],
+    status_code=201,
+    opt=roles(*WRITERS),
+)
 async def start_workflow(
     data: JSONBody[WorkflowStart], principal: PrincipalDep, node: NodeDep
 ) -> Response[Workflow]:
-    principal.require(*WRITERS)
     seen, created = await node.workflows.start(
         principal.scope, data.definition, version=data.version, input_=data.input,
         idempotency_key=data.idempotency_key,
@@ -140,6 +149,7 @@ async def start_workflow(
     summary="One workflow with its steps, waits and pending signals; wait_ms long-polls "
     "until it finishes",
     tags=["workflows"],
+    opt=roles(*READERS),
 )
 async def get_workflow(
     workflow_id: FromPath[str],
@@ -147,12 +157,16 @@ async def get_workflow(
     node: NodeDep,
     wait_ms: Annotated[int | None, QueryParameter(ge=0, le=MAX_WAIT_MS)] = None,
 ) -> Workflow:
-    principal.require(*READERS)
     seen = await node.workflows.inspect(principal.scope, workflow_id, wait_ms=wait_ms or 0)
     return Workflow.inspected(seen)
 
 
-@get("/v1/workflows", summary="List workflows, newest first", tags=["workflows"])
+@get(
+    "/v1/workflows",
+    summary="List workflows, newest first",
+    tags=["workflows"],
+    opt=roles(*READERS),
+)
 async def list_workflows(
     principal: PrincipalDep,
     node: NodeDep,
@@ -161,7 +175,6 @@ async def list_workflows(
     limit: Annotated[int | None, QueryParameter(ge=1, le=500)] = None,
     cursor: FromQuery[str | None] = None,
 ) -> WorkflowList:
-    principal.require(*READERS)
     if state_filter is not None and state_filter not in STATES:
         raise InvalidRequest(f"state must be one of {', '.join(sorted(STATES))}")
     size = page_limit(limit)
@@ -178,6 +191,7 @@ async def list_workflows(
     "/v1/workflows/{workflow_id:str}/steps",
     summary="Every step execution (map items and poll rounds too), in the order they began",
     tags=["workflows"],
+    opt=roles(*READERS),
 )
 async def list_steps(
     workflow_id: FromPath[str],
@@ -186,7 +200,6 @@ async def list_steps(
     limit: Annotated[int | None, QueryParameter(ge=1, le=500)] = None,
     cursor: FromQuery[str | None] = None,
 ) -> StepList:
-    principal.require(*READERS)
     size = page_limit(limit)
     position = decode_cursor(cursor)
     if position is not None and not position.isdigit():
@@ -204,11 +217,11 @@ async def list_steps(
     summary="Send a signal (kept until a step waits for it)",
     tags=["workflows"],
     status_code=202,
+    opt=roles(*WRITERS),
 )
 async def send_signal(
     workflow_id: FromPath[str], data: JSONBody[SignalIn], principal: PrincipalDep, node: NodeDep
 ) -> Signal:
-    principal.require(*WRITERS)
     record = await node.workflows.signal(
         principal.scope, workflow_id, data.name, data.payload, data.idempotency_key
     )
@@ -225,10 +238,8 @@ async def _steered(
     principal: PrincipalDep,
     workflow_id: str,
     data: ControlIn | None,
-    roles: tuple[Role, ...] = OPERATORS,
 ) -> Workflow:
-    """Pause or resume (an operator's), or cancel, then the instance as it stands."""
-    principal.require(*roles)
+    """Pause, resume or cancel, then the instance as it stands."""
     await steer(
         principal.scope, workflow_id, reason=data.reason if data else None,
         actor=actor_of(principal),
@@ -237,7 +248,7 @@ async def _steered(
 
 
 @post("/v1/workflows/{workflow_id:str}/pause", summary="Pause a workflow", tags=["workflows"],
-      status_code=200)  # fmt: skip
+      status_code=200, opt=roles(*OPERATORS))  # fmt: skip
 async def pause_workflow(
     workflow_id: FromPath[str], principal: PrincipalDep, node: NodeDep,
     data: JSONBody[ControlIn | None] = None,
@@ -246,7 +257,7 @@ async def pause_workflow(
 
 
 @post("/v1/workflows/{workflow_id:str}/resume", summary="Resume a paused workflow",
-      tags=["workflows"], status_code=200)  # fmt: skip
+      tags=["workflows"], status_code=200, opt=roles(*OPERATORS))  # fmt: skip
 async def resume_workflow(
     workflow_id: FromPath[str], principal: PrincipalDep, node: NodeDep,
     data: JSONBody[ControlIn | None] = None,
@@ -255,34 +266,32 @@ async def resume_workflow(
 
 
 @post("/v1/workflows/{workflow_id:str}/cancel", summary="Cancel a workflow and its step tasks",
-      tags=["workflows"], status_code=200)  # fmt: skip
+      tags=["workflows"], status_code=200, opt=roles(*CANCELLERS))  # fmt: skip
 async def cancel_workflow(
     workflow_id: FromPath[str], principal: PrincipalDep, node: NodeDep,
     data: JSONBody[ControlIn | None] = None,
 ) -> Workflow:  # fmt: skip
-    return await _steered(node.workflows.cancel, node, principal, workflow_id, data, CANCELLERS)
+    return await _steered(node.workflows.cancel, node, principal, workflow_id, data)
 
 
 @post("/v1/workflows/{workflow_id:str}/steps/{key:str}/retry",
       summary="Run the failed step that ended the workflow again", tags=["workflows"],
-      status_code=200)  # fmt: skip
+      status_code=200, opt=roles(*OPERATORS))  # fmt: skip
 async def retry_step(
     workflow_id: FromPath[str], key: FromPath[str], principal: PrincipalDep, node: NodeDep,
     data: JSONBody[RetryIn | None] = None,
 ) -> Workflow:  # fmt: skip
-    principal.require(*OPERATORS)
     await node.workflows.retry_step(principal.scope, workflow_id, key, actor=actor_of(principal))
     return await _control(node, principal, workflow_id)
 
 
 @post("/v1/workflows/{workflow_id:str}/steps/{key:str}/skip",
       summary="End a step as skipped with the given output and go on", tags=["workflows"],
-      status_code=200)  # fmt: skip
+      status_code=200, opt=roles(*OPERATORS))  # fmt: skip
 async def skip_step(
     workflow_id: FromPath[str], key: FromPath[str], principal: PrincipalDep, node: NodeDep,
     data: JSONBody[SkipIn | None] = None,
 ) -> Workflow:  # fmt: skip
-    principal.require(*OPERATORS)
     await node.workflows.skip_step(
         principal.scope, workflow_id, key, output=data.output if data else None,
         actor=actor_of(principal),
@@ -292,12 +301,11 @@ async def skip_step(
 
 @post("/v1/workflows/{workflow_id:str}/steps/{key:str}/resolve",
       summary="Decide a needs_review step's outcome", tags=["workflows"],
-      status_code=200)  # fmt: skip
+      status_code=200, opt=roles(*OPERATORS))  # fmt: skip
 async def resolve_step(
     workflow_id: FromPath[str], key: FromPath[str], data: JSONBody[ResolveIn],
     principal: PrincipalDep, node: NodeDep,
 ) -> Workflow:  # fmt: skip
-    principal.require(*OPERATORS)
     succeeded = data.outcome == "succeeded"
     if succeeded and data.error is not None:
         raise InvalidRequest("a succeeded outcome takes output, not error")
