@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -14,6 +14,29 @@ class Request(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Base of request bodies."""
 
 
+class Error(msgspec.Struct):
+    """What went wrong, in every error answer (``errors.error_body``; docs/reference/errors.md)."""
+
+    code: Annotated[str, msgspec.Meta(description="A stable code; program against it.")]
+    category: Literal["protocol", "permission", "conflict", "transient"]
+    message: Annotated[str, msgspec.Meta(description="For people; the wording may change.")]
+    retryable: bool
+    request_id: Annotated[str, msgspec.Meta(description="As in the X-Request-Id header.")]
+    details: (
+        Annotated[
+            dict[str, Any],
+            msgspec.Meta(description="Only for some codes, e.g. definition_invalid."),
+        ]
+        | msgspec.UnsetType
+    ) = msgspec.UNSET
+
+
+class ErrorEnvelope(msgspec.Struct):
+    """The body of every error answer."""
+
+    error: Error
+
+
 class Health(msgspec.Struct):
     status: str
 
@@ -21,7 +44,7 @@ class Health(msgspec.Struct):
 class ReadinessBody(msgspec.Struct, omit_defaults=True):
     ready: bool
     checks: dict[str, str]
-    error: dict[str, Any] | None = None
+    error: Error | None = None
 
 
 class WhoAmI(msgspec.Struct):

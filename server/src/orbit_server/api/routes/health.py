@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import msgspec
 from litestar import Response, get, head
+from litestar.openapi.datastructures import ResponseSpec
 
 from orbit_server.api.context import current_request_id
 from orbit_server.api.deps import NodeDep
-from orbit_server.api.wire import Health, ReadinessBody
+from orbit_server.api.openapi import OrbitOperation
+from orbit_server.api.wire import Error, Health, ReadinessBody
 from orbit_server.errors import Unavailable, error_body
 from orbit_server.observability.metrics import CONTENT_TYPE
 
@@ -21,13 +24,30 @@ async def healthz_head() -> None:
     return None
 
 
-@head("/readyz", summary="Readiness, headers only", tags=["health"])
+@head(
+    "/readyz",
+    summary="Readiness, headers only",
+    tags=["health"],
+    responses={503: ResponseSpec(None, description="Not ready; GET /readyz says why")},
+)
 async def readyz_head(node: NodeDep) -> Response[None]:
     readiness = await node.readiness.check()
     return Response(None, status_code=200 if readiness.ready else 503)
 
 
-@get("/readyz", summary="Readiness: database reachable and schema current", tags=["health"])
+@get(
+    "/readyz",
+    summary="Readiness: database reachable and schema current",
+    tags=["health"],
+    responses={
+        503: ResponseSpec(
+            ReadinessBody,
+            generate_examples=False,
+            description="Not ready: `checks` says what failed, `error` is `unavailable`",
+        )
+    },
+    operation_class=OrbitOperation,
+)
 async def readyz(node: NodeDep) -> Response[ReadinessBody]:
     readiness = await node.readiness.check()
     if readiness.ready:
@@ -37,7 +57,7 @@ async def readyz(node: NodeDep) -> Response[ReadinessBody]:
         ReadinessBody(
             ready=False,
             checks=readiness.checks,
-            error=error_body(error, current_request_id())["error"],
+            error=msgspec.convert(error_body(error, current_request_id())["error"], Error),
         ),
         status_code=503,
         headers={"Retry-After": str(error.retry_after)},

@@ -9,13 +9,20 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from orbit_server.api.auth import actor_of, roles
 from orbit_server.api.deps import NodeDep, PrincipalDep
+from orbit_server.api.openapi import BODY, KEYED, OrbitOperation, error_responses
 from orbit_server.api.pagination import ID_POSITION, decode_cursor, next_cursor, page_limit
 from orbit_server.api.wire import ApiKey, ApiKeyList, CreatedApiKey, KeyCreate, WhoAmI
-from orbit_server.errors import InvalidRequest
+from orbit_server.errors import InvalidRequest, NotFound, Unauthenticated, Unavailable
 from orbit_server.governance.keys import ALL_ROLES, Role, parse_roles
 
 
-@get("/v1/whoami", summary="The calling key's scope and roles", tags=["keys"])
+@get(
+    "/v1/whoami",
+    summary="The calling key's scope and roles",
+    tags=["keys"],
+    responses=error_responses(Unauthenticated, Unavailable),
+    operation_class=OrbitOperation,
+)
 async def whoami(principal: PrincipalDep) -> WhoAmI:
     return WhoAmI(
         key_id=principal.key_id,
@@ -31,6 +38,8 @@ async def whoami(principal: PrincipalDep) -> WhoAmI:
     summary="Create an API key (the secret is shown once)",
     tags=["keys"],
     opt=roles(Role.ADMIN),
+    responses=error_responses(*KEYED, *BODY),
+    operation_class=OrbitOperation,
 )
 async def create_key(
     data: JSONBody[KeyCreate], principal: PrincipalDep, node: NodeDep
@@ -49,7 +58,14 @@ async def create_key(
     return CreatedApiKey(key=ApiKey.of(created.record), api_key=created.token)
 
 
-@get("/v1/keys", summary="List API keys", tags=["keys"], opt=roles(Role.ADMIN))
+@get(
+    "/v1/keys",
+    summary="List API keys",
+    tags=["keys"],
+    opt=roles(Role.ADMIN),
+    responses=error_responses(*KEYED, InvalidRequest),
+    operation_class=OrbitOperation,
+)
 async def list_keys(
     principal: PrincipalDep,
     node: NodeDep,
@@ -65,7 +81,14 @@ async def list_keys(
     )
 
 
-@get("/v1/keys/{key_id:str}", summary="One API key", tags=["keys"], opt=roles(Role.ADMIN))
+@get(
+    "/v1/keys/{key_id:str}",
+    summary="One API key",
+    tags=["keys"],
+    opt=roles(Role.ADMIN),
+    responses=error_responses(*KEYED, NotFound),
+    operation_class=OrbitOperation,
+)
 async def get_key(key_id: FromPath[str], principal: PrincipalDep, node: NodeDep) -> ApiKey:
     return ApiKey.of(await node.keys.get(key_id, principal.scope))
 
@@ -76,6 +99,8 @@ async def get_key(key_id: FromPath[str], principal: PrincipalDep, node: NodeDep)
     tags=["keys"],
     status_code=200,
     opt=roles(Role.ADMIN),
+    responses=error_responses(*KEYED, NotFound),
+    operation_class=OrbitOperation,
 )
 async def revoke_key(key_id: FromPath[str], principal: PrincipalDep, node: NodeDep) -> ApiKey:
     revoked = await node.keys.revoke(key_id, actor=actor_of(principal), scope=principal.scope)

@@ -14,6 +14,7 @@ from msgspec import UNSET
 
 from orbit_server.api.auth import actor_of, roles
 from orbit_server.api.deps import NodeDep, PrincipalDep
+from orbit_server.api.openapi import BODY, KEYED, OrbitOperation, error_responses
 from orbit_server.api.pagination import decode_cursor, encode_cursor, next_cursor, page_limit
 from orbit_server.api.routes.tasks import to_spec
 from orbit_server.api.wire_schedules import (
@@ -30,7 +31,14 @@ from orbit_server.api.wire_schedules import (
 )
 from orbit_server.api.wire_tasks import TaskSubmit, TaskTemplate
 from orbit_server.config import Settings
-from orbit_server.errors import InvalidRequest, RateLimited
+from orbit_server.errors import (
+    AlreadyExists,
+    InvalidRequest,
+    NotFound,
+    QueueFull,
+    RateLimited,
+    StateConflict,
+)
 from orbit_server.governance.keys import Principal, Role
 from orbit_server.pulse.schedules import Catchup, Definition, Overlap, TimingSpec
 from orbit_server.runtime.node import Node
@@ -78,6 +86,8 @@ async def _view(node: Node, principal: Principal, name: str) -> Schedule:
     tags=["schedules"],
     status_code=201,
     opt=roles(*OPERATORS),
+    responses=error_responses(*KEYED, *BODY, AlreadyExists),
+    operation_class=OrbitOperation,
 )
 async def create_schedule(
     data: JSONBody[ScheduleIn], principal: PrincipalDep, node: NodeDep
@@ -99,7 +109,14 @@ async def create_schedule(
     return Response(await _view(node, principal, data.name), status_code=201 if created else 200)
 
 
-@get("/v1/schedules", summary="Schedules, by name", tags=["schedules"], opt=roles(*READERS))
+@get(
+    "/v1/schedules",
+    summary="Schedules, by name",
+    tags=["schedules"],
+    opt=roles(*READERS),
+    responses=error_responses(*KEYED, InvalidRequest),
+    operation_class=OrbitOperation,
+)
 async def list_schedules(
     principal: PrincipalDep,
     node: NodeDep,
@@ -121,6 +138,8 @@ async def list_schedules(
     summary="One schedule; preview=N adds its next N fire times",
     tags=["schedules"],
     opt=roles(*READERS),
+    responses=error_responses(*KEYED, InvalidRequest, NotFound),
+    operation_class=OrbitOperation,
 )
 async def get_schedule(
     name: FromPath[str],
@@ -136,6 +155,8 @@ async def get_schedule(
     summary="Change a schedule (a new version)",
     tags=["schedules"],
     opt=roles(*OPERATORS),
+    responses=error_responses(*KEYED, *BODY, NotFound, StateConflict),
+    operation_class=OrbitOperation,
 )
 async def update_schedule(
     name: FromPath[str], data: JSONBody[SchedulePatch], principal: PrincipalDep, node: NodeDep
@@ -160,15 +181,22 @@ async def update_schedule(
     summary="Delete a schedule",
     tags=["schedules"],
     opt=roles(*OPERATORS),
+    responses=error_responses(*KEYED, NotFound),
+    operation_class=OrbitOperation,
 )
 async def delete_schedule(name: FromPath[str], principal: PrincipalDep, node: NodeDep) -> None:
     await node.schedules.delete(principal.scope, name, actor=actor_of(principal))
 
 
 @post(
-    "/v1/schedules/{name:str}/pause", summary="Pause a schedule", tags=["schedules"],
-    status_code=200, opt=roles(*OPERATORS),
-)  # fmt: skip
+    "/v1/schedules/{name:str}/pause",
+    summary="Pause a schedule",
+    tags=["schedules"],
+    status_code=200,
+    opt=roles(*OPERATORS),
+    responses=error_responses(*KEYED, *BODY, NotFound),
+    operation_class=OrbitOperation,
+)
 async def pause_schedule(
     name: FromPath[str],
     principal: PrincipalDep,
@@ -181,18 +209,28 @@ async def pause_schedule(
 
 
 @post(
-    "/v1/schedules/{name:str}/resume", summary="Resume a schedule", tags=["schedules"],
-    status_code=200, opt=roles(*OPERATORS),
-)  # fmt: skip
+    "/v1/schedules/{name:str}/resume",
+    summary="Resume a schedule",
+    tags=["schedules"],
+    status_code=200,
+    opt=roles(*OPERATORS),
+    responses=error_responses(*KEYED, NotFound),
+    operation_class=OrbitOperation,
+)
 async def resume_schedule(name: FromPath[str], principal: PrincipalDep, node: NodeDep) -> Schedule:
     await node.schedules.resume(principal.scope, name, actor=actor_of(principal))
     return await _view(node, principal, name)
 
 
 @post(
-    "/v1/schedules/{name:str}/trigger", summary="Fire a schedule now", tags=["schedules"],
-    status_code=201, opt=roles(*OPERATORS),
-)  # fmt: skip
+    "/v1/schedules/{name:str}/trigger",
+    summary="Fire a schedule now",
+    tags=["schedules"],
+    status_code=201,
+    opt=roles(*OPERATORS),
+    responses=error_responses(*KEYED, NotFound, QueueFull),
+    operation_class=OrbitOperation,
+)
 async def trigger_schedule(name: FromPath[str], principal: PrincipalDep, node: NodeDep) -> Fire:
     return Fire.of(await node.schedules.trigger(principal.scope, name, actor=actor_of(principal)))
 
@@ -203,6 +241,8 @@ async def trigger_schedule(name: FromPath[str], principal: PrincipalDep, node: N
     tags=["schedules"],
     status_code=202,
     opt=roles(*OPERATORS),
+    responses=error_responses(*KEYED, *BODY, NotFound, RateLimited),
+    operation_class=OrbitOperation,
 )
 async def backfill_schedule(
     name: FromPath[str], data: JSONBody[BackfillIn], principal: PrincipalDep, node: NodeDep
@@ -216,9 +256,13 @@ async def backfill_schedule(
 
 
 @get(
-    "/v1/schedules/{name:str}/backfills", summary="A schedule's backfills, newest first",
-    tags=["schedules"], opt=roles(*READERS),
-)  # fmt: skip
+    "/v1/schedules/{name:str}/backfills",
+    summary="A schedule's backfills, newest first",
+    tags=["schedules"],
+    opt=roles(*READERS),
+    responses=error_responses(*KEYED, NotFound),
+    operation_class=OrbitOperation,
+)
 async def list_backfills(
     name: FromPath[str], principal: PrincipalDep, node: NodeDep
 ) -> BackfillList:
@@ -227,9 +271,13 @@ async def list_backfills(
 
 
 @get(
-    "/v1/schedules/{name:str}/backfills/{backfill_id:str}", summary="One backfill",
-    tags=["schedules"], opt=roles(*READERS),
-)  # fmt: skip
+    "/v1/schedules/{name:str}/backfills/{backfill_id:str}",
+    summary="One backfill",
+    tags=["schedules"],
+    opt=roles(*READERS),
+    responses=error_responses(*KEYED, NotFound),
+    operation_class=OrbitOperation,
+)
 async def get_backfill(
     name: FromPath[str], backfill_id: FromPath[str], principal: PrincipalDep, node: NodeDep
 ) -> Backfill:
@@ -237,9 +285,13 @@ async def get_backfill(
 
 
 @get(
-    "/v1/schedules/{name:str}/fires", summary="A schedule's fire ledger, newest first",
-    tags=["schedules"], opt=roles(*READERS),
-)  # fmt: skip
+    "/v1/schedules/{name:str}/fires",
+    summary="A schedule's fire ledger, newest first",
+    tags=["schedules"],
+    opt=roles(*READERS),
+    responses=error_responses(*KEYED, InvalidRequest, NotFound),
+    operation_class=OrbitOperation,
+)
 async def list_fires(
     name: FromPath[str],
     principal: PrincipalDep,

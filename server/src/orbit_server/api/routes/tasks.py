@@ -12,6 +12,7 @@ from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, Quer
 
 from orbit_server.api.auth import actor_of, roles
 from orbit_server.api.deps import NodeDep, PrincipalDep
+from orbit_server.api.openapi import BODY, KEYED, OrbitOperation, error_responses
 from orbit_server.api.pagination import ID_POSITION, decode_cursor, encode_cursor, page_limit
 from orbit_server.api.wire_tasks import (
     Attempt,
@@ -25,7 +26,15 @@ from orbit_server.api.wire_tasks import (
     TaskSubmit,
 )
 from orbit_server.config import Settings
-from orbit_server.errors import InvalidRequest, PayloadTooLarge, RateLimited
+from orbit_server.errors import (
+    IdempotencyConflict,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    QueueFull,
+    RateLimited,
+    StateConflict,
+)
 from orbit_server.governance.keys import Principal, Role
 from orbit_server.pulse.model import TaskSpec
 from orbit_server.pulse.retry import RetryPolicy
@@ -114,7 +123,15 @@ def _take_submit_quota(node: Node, principal: Principal, count: int) -> None:
     )
 
 
-@post("/v1/tasks", summary="Submit a task", tags=["tasks"], status_code=201, opt=roles(*WRITERS))
+@post(
+    "/v1/tasks",
+    summary="Submit a task",
+    tags=["tasks"],
+    status_code=201,
+    opt=roles(*WRITERS),
+    responses=error_responses(*KEYED, *BODY, IdempotencyConflict, QueueFull, RateLimited),
+    operation_class=OrbitOperation,
+)
 async def submit_task(
     data: JSONBody[TaskSubmit],
     principal: PrincipalDep,
@@ -132,6 +149,8 @@ async def submit_task(
     summary="Submit up to 1,000 tasks at once",
     tags=["tasks"],
     opt=roles(*WRITERS),
+    responses=error_responses(*KEYED, *BODY, IdempotencyConflict, QueueFull, RateLimited),
+    operation_class=OrbitOperation,
 )
 async def submit_batch(
     data: JSONBody[TaskBatch],
@@ -159,6 +178,8 @@ async def submit_batch(
     summary="One task; wait_ms long-polls until it settles",
     tags=["tasks"],
     opt=roles(*READERS),
+    responses=error_responses(*KEYED, InvalidRequest, NotFound),
+    operation_class=OrbitOperation,
 )
 async def get_task(
     task_id: FromPath[str],
@@ -171,7 +192,14 @@ async def get_task(
     return Task.of(await node.tasks.get(principal.scope, task_id))
 
 
-@get("/v1/tasks", summary="List tasks, newest first", tags=["tasks"], opt=roles(*READERS))
+@get(
+    "/v1/tasks",
+    summary="List tasks, newest first",
+    tags=["tasks"],
+    opt=roles(*READERS),
+    responses=error_responses(*KEYED, InvalidRequest),
+    operation_class=OrbitOperation,
+)
 async def list_tasks(
     principal: PrincipalDep,
     node: NodeDep,
@@ -210,6 +238,8 @@ async def list_tasks(
     summary="A task's attempts",
     tags=["tasks"],
     opt=roles(*READERS),
+    responses=error_responses(*KEYED, NotFound),
+    operation_class=OrbitOperation,
 )
 async def task_attempts(
     task_id: FromPath[str], principal: PrincipalDep, node: NodeDep
@@ -224,6 +254,8 @@ async def task_attempts(
     tags=["tasks"],
     status_code=200,
     opt=roles(*WRITERS),
+    responses=error_responses(*KEYED, *BODY, NotFound, StateConflict),
+    operation_class=OrbitOperation,
 )
 async def cancel_task(
     task_id: FromPath[str],
@@ -244,6 +276,8 @@ async def cancel_task(
     tags=["tasks"],
     status_code=200,
     opt=roles(Role.OPERATOR),
+    responses=error_responses(*KEYED, NotFound, StateConflict),
+    operation_class=OrbitOperation,
 )
 async def retry_task(task_id: FromPath[str], principal: PrincipalDep, node: NodeDep) -> Task:
     return Task.of(await node.tasks.retry(principal.scope, task_id, actor=actor_of(principal)))
@@ -255,6 +289,8 @@ async def retry_task(task_id: FromPath[str], principal: PrincipalDep, node: Node
     tags=["tasks"],
     status_code=200,
     opt=roles(Role.OPERATOR),
+    responses=error_responses(*KEYED, *BODY, NotFound, StateConflict),
+    operation_class=OrbitOperation,
 )
 async def resolve_task(
     task_id: FromPath[str], data: JSONBody[ResolveIn], principal: PrincipalDep, node: NodeDep

@@ -11,6 +11,7 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from orbit_server.api.auth import actor_of, roles
 from orbit_server.api.deps import NodeDep, PrincipalDep
+from orbit_server.api.openapi import BODY, KEYED, OrbitOperation, error_responses
 from orbit_server.api.pagination import decode_cursor, next_cursor, page_limit
 from orbit_server.api.wire_workflows import (
     ControlIn,
@@ -28,7 +29,15 @@ from orbit_server.api.wire_workflows import (
     WorkflowList,
     WorkflowStart,
 )
-from orbit_server.errors import DefinitionInvalid, InvalidRequest
+from orbit_server.errors import (
+    DefinitionInvalid,
+    IdempotencyConflict,
+    InvalidRequest,
+    NotFound,
+    QueueFull,
+    StateConflict,
+    VersionExists,
+)
 from orbit_server.governance.keys import Role
 from orbit_server.store.weave import WorkflowRecord
 from orbit_server.weave.engine import WorkflowState
@@ -51,6 +60,8 @@ Steer = Callable[..., Awaitable[WorkflowRecord]]
     tags=["workflows"],
     status_code=201,
     opt=roles(*OPERATORS),
+    responses=error_responses(*KEYED, *BODY, VersionExists, DefinitionInvalid),
+    operation_class=OrbitOperation,
 )
 async def publish_definition(
     data: JSONBody[dict[str, Any]], principal: PrincipalDep, node: NodeDep
@@ -90,6 +101,8 @@ def unwrapped(data: dict[str, Any]) -> dict[str, Any]:
     summary="Definition versions by name",
     tags=["workflows"],
     opt=roles(*READERS),
+    responses=error_responses(*KEYED, InvalidRequest),
+    operation_class=OrbitOperation,
 )
 async def list_definitions(
     principal: PrincipalDep,
@@ -120,6 +133,8 @@ async def list_definitions(
     summary="One definition version",
     tags=["workflows"],
     opt=roles(*READERS),
+    responses=error_responses(*KEYED, NotFound),
+    operation_class=OrbitOperation,
 )
 async def get_definition(
     name: FromPath[str], version: FromPath[str], principal: PrincipalDep, node: NodeDep
@@ -133,6 +148,8 @@ async def get_definition(
     tags=["workflows"],
     status_code=201,
     opt=roles(*WRITERS),
+    responses=error_responses(*KEYED, *BODY, NotFound, IdempotencyConflict, QueueFull),
+    operation_class=OrbitOperation,
 )
 async def start_workflow(
     data: JSONBody[WorkflowStart], principal: PrincipalDep, node: NodeDep
@@ -150,6 +167,8 @@ async def start_workflow(
     "until it finishes",
     tags=["workflows"],
     opt=roles(*READERS),
+    responses=error_responses(*KEYED, InvalidRequest, NotFound),
+    operation_class=OrbitOperation,
 )
 async def get_workflow(
     workflow_id: FromPath[str],
@@ -166,6 +185,8 @@ async def get_workflow(
     summary="List workflows, newest first",
     tags=["workflows"],
     opt=roles(*READERS),
+    responses=error_responses(*KEYED, InvalidRequest),
+    operation_class=OrbitOperation,
 )
 async def list_workflows(
     principal: PrincipalDep,
@@ -192,6 +213,8 @@ async def list_workflows(
     summary="Every step execution (map items and poll rounds too), in the order they began",
     tags=["workflows"],
     opt=roles(*READERS),
+    responses=error_responses(*KEYED, InvalidRequest, NotFound),
+    operation_class=OrbitOperation,
 )
 async def list_steps(
     workflow_id: FromPath[str],
@@ -218,6 +241,10 @@ async def list_steps(
     tags=["workflows"],
     status_code=202,
     opt=roles(*WRITERS),
+    responses=error_responses(
+        *KEYED, *BODY, NotFound, IdempotencyConflict, StateConflict, QueueFull
+    ),
+    operation_class=OrbitOperation,
 )
 async def send_signal(
     workflow_id: FromPath[str], data: JSONBody[SignalIn], principal: PrincipalDep, node: NodeDep
@@ -247,8 +274,15 @@ async def _steered(
     return await _control(node, principal, workflow_id)
 
 
-@post("/v1/workflows/{workflow_id:str}/pause", summary="Pause a workflow", tags=["workflows"],
-      status_code=200, opt=roles(*OPERATORS))  # fmt: skip
+@post(
+    "/v1/workflows/{workflow_id:str}/pause",
+    summary="Pause a workflow",
+    tags=["workflows"],
+    status_code=200,
+    opt=roles(*OPERATORS),
+    responses=error_responses(*KEYED, *BODY, NotFound, StateConflict),
+    operation_class=OrbitOperation,
+)
 async def pause_workflow(
     workflow_id: FromPath[str], principal: PrincipalDep, node: NodeDep,
     data: JSONBody[ControlIn | None] = None,
@@ -256,8 +290,15 @@ async def pause_workflow(
     return await _steered(node.workflows.pause, node, principal, workflow_id, data)
 
 
-@post("/v1/workflows/{workflow_id:str}/resume", summary="Resume a paused workflow",
-      tags=["workflows"], status_code=200, opt=roles(*OPERATORS))  # fmt: skip
+@post(
+    "/v1/workflows/{workflow_id:str}/resume",
+    summary="Resume a paused workflow",
+    tags=["workflows"],
+    status_code=200,
+    opt=roles(*OPERATORS),
+    responses=error_responses(*KEYED, *BODY, NotFound, StateConflict, QueueFull),
+    operation_class=OrbitOperation,
+)
 async def resume_workflow(
     workflow_id: FromPath[str], principal: PrincipalDep, node: NodeDep,
     data: JSONBody[ControlIn | None] = None,
@@ -265,8 +306,15 @@ async def resume_workflow(
     return await _steered(node.workflows.resume, node, principal, workflow_id, data)
 
 
-@post("/v1/workflows/{workflow_id:str}/cancel", summary="Cancel a workflow and its step tasks",
-      tags=["workflows"], status_code=200, opt=roles(*CANCELLERS))  # fmt: skip
+@post(
+    "/v1/workflows/{workflow_id:str}/cancel",
+    summary="Cancel a workflow and its step tasks",
+    tags=["workflows"],
+    status_code=200,
+    opt=roles(*CANCELLERS),
+    responses=error_responses(*KEYED, *BODY, NotFound, StateConflict),
+    operation_class=OrbitOperation,
+)
 async def cancel_workflow(
     workflow_id: FromPath[str], principal: PrincipalDep, node: NodeDep,
     data: JSONBody[ControlIn | None] = None,
@@ -274,9 +322,15 @@ async def cancel_workflow(
     return await _steered(node.workflows.cancel, node, principal, workflow_id, data)
 
 
-@post("/v1/workflows/{workflow_id:str}/steps/{key:str}/retry",
-      summary="Run the failed step that ended the workflow again", tags=["workflows"],
-      status_code=200, opt=roles(*OPERATORS))  # fmt: skip
+@post(
+    "/v1/workflows/{workflow_id:str}/steps/{key:str}/retry",
+    summary="Run the failed step that ended the workflow again",
+    tags=["workflows"],
+    status_code=200,
+    opt=roles(*OPERATORS),
+    responses=error_responses(*KEYED, *BODY, NotFound, StateConflict, QueueFull),
+    operation_class=OrbitOperation,
+)
 async def retry_step(
     workflow_id: FromPath[str], key: FromPath[str], principal: PrincipalDep, node: NodeDep,
     data: JSONBody[RetryIn | None] = None,
@@ -285,9 +339,15 @@ async def retry_step(
     return await _control(node, principal, workflow_id)
 
 
-@post("/v1/workflows/{workflow_id:str}/steps/{key:str}/skip",
-      summary="End a step as skipped with the given output and go on", tags=["workflows"],
-      status_code=200, opt=roles(*OPERATORS))  # fmt: skip
+@post(
+    "/v1/workflows/{workflow_id:str}/steps/{key:str}/skip",
+    summary="End a step as skipped with the given output and go on",
+    tags=["workflows"],
+    status_code=200,
+    opt=roles(*OPERATORS),
+    responses=error_responses(*KEYED, *BODY, NotFound, StateConflict, QueueFull),
+    operation_class=OrbitOperation,
+)
 async def skip_step(
     workflow_id: FromPath[str], key: FromPath[str], principal: PrincipalDep, node: NodeDep,
     data: JSONBody[SkipIn | None] = None,
@@ -299,9 +359,15 @@ async def skip_step(
     return await _control(node, principal, workflow_id)
 
 
-@post("/v1/workflows/{workflow_id:str}/steps/{key:str}/resolve",
-      summary="Decide a needs_review step's outcome", tags=["workflows"],
-      status_code=200, opt=roles(*OPERATORS))  # fmt: skip
+@post(
+    "/v1/workflows/{workflow_id:str}/steps/{key:str}/resolve",
+    summary="Decide a needs_review step's outcome",
+    tags=["workflows"],
+    status_code=200,
+    opt=roles(*OPERATORS),
+    responses=error_responses(*KEYED, *BODY, NotFound, StateConflict),
+    operation_class=OrbitOperation,
+)
 async def resolve_step(
     workflow_id: FromPath[str], key: FromPath[str], data: JSONBody[ResolveIn],
     principal: PrincipalDep, node: NodeDep,

@@ -1,0 +1,108 @@
+"""What the OpenAPI document says about errors and optional bodies.
+
+Litestar describes a 400 with its own ``{detail, status_code}`` body, lists no other error, and
+marks every request body required. Orbit answers every error in one envelope
+(docs/reference/errors.md) and takes some bodies as optional (``JSONBody[X | None] = None``).
+So each route declares the errors it can answer, ``responses=error_responses(...)``, and is
+described by :class:`OrbitOperation`, which drops what Litestar adds on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import OpenAPIHeader, OpenAPIResponse, Operation, RequestBody, Schema
+from litestar.openapi.spec.enums import OpenAPIType
+
+from orbit_server.api.wire import ErrorEnvelope
+from orbit_server.errors import (
+    Forbidden,
+    InvalidRequest,
+    OrbitError,
+    PayloadTooLarge,
+    Unauthenticated,
+    Unavailable,
+    UnsupportedMediaType,
+)
+
+KEYED = (Unauthenticated, Forbidden, Unavailable)
+"""A route with roles: the key is checked (401), its roles (403), in the database (503)."""
+BODY = (InvalidRequest, PayloadTooLarge, UnsupportedMediaType)
+"""A route that reads a JSON body."""
+
+_RETRY_AFTER = OpenAPIHeader(
+    schema=Schema(type=OpenAPIType.INTEGER),
+    description="Seconds to wait before retrying. An `unavailable` error that is not "
+    "`retryable` has none: the outcome is unknown, read the state first.",
+)
+
+
+def error_responses(*kinds: type[OrbitError]) -> dict[int, ResponseSpec]:
+    """The error answers of a route, by status, each in Orbit's envelope with its codes."""
+    codes: dict[int, list[str]] = {}
+    for kind in kinds:
+        listed = codes.setdefault(kind.status, [])
+        if kind.code not in listed:
+            listed.append(kind.code)
+    return {
+        status: ResponseSpec(
+            data_container=ErrorEnvelope,
+            generate_examples=False,
+            description=f"Error {_either(codes[status])} (docs/reference/errors.md)",
+        )
+        for status in sorted(codes)
+    }
+
+
+def _either(codes: Iterable[str]) -> str:
+    quoted = [f"`{code}`" for code in codes]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+
+
+@dataclass
+class OrbitOperation(Operation):
+    """An operation as Orbit serves it.
+
+    - Litestar's own ``{detail, status_code}`` answer is dropped: a route that can answer 400
+      declares it with :func:`error_responses`.
+    - A body whose schema admits ``null`` is optional: the request decoder reads a missing or
+      empty body as ``null`` (``OrbitRequest.json``).
+    - 429 and 503 answers carry ``Retry-After``.
+    """
+
+    def __post_init__(self) -> None:
+        responses = self.responses or {}
+        for status in [s for s, r in responses.items() if _is_litestar_error(r)]:
+            del responses[status]
+        for status in ("429", "503"):
+            answer = responses.get(status)
+            if isinstance(answer, OpenAPIResponse) and answer.content:
+                answer.headers = {"Retry-After": _RETRY_AFTER}
+        body = self.request_body
+        if isinstance(body, RequestBody) and all(
+            _admits_null(media.schema) for media in body.content.values()
+        ):
+            body.required = False
+
+
+def _is_litestar_error(answer: Any) -> bool:
+    if not isinstance(answer, OpenAPIResponse) or not answer.content:
+        return False
+    schemas = [media.schema for media in answer.content.values()]
+    return any(
+        isinstance(s, Schema) and s.properties is not None and "status_code" in s.properties
+        for s in schemas
+    )
+
+
+def _admits_null(schema: Any) -> bool:
+    if not isinstance(schema, Schema):
+        return False
+    if schema.type == OpenAPIType.NULL or (
+        isinstance(schema.type, list) and OpenAPIType.NULL in schema.type
+    ):
+        return True
+    return any(_admits_null(option) for option in (schema.one_of or schema.any_of or ()))
