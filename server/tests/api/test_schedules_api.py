@@ -205,3 +205,20 @@ async def test_pause_resume_trigger_backfill_fires_and_delete(
     )
     assert_error(await http.delete("/v1/schedules/tick", headers=operator), 404, "not_found",
                  "protocol")  # fmt: skip
+
+
+async def test_a_trigger_into_a_full_queue_is_429_and_records_nothing(
+    http: httpx2.AsyncClient, node: Node
+) -> None:
+    operator = bearer(await make_key(node, SCOPE, Role.OPERATOR))
+    assert (
+        await http.put("/v1/queues/reports", json={"max_pending": 1}, headers=operator)
+    ).is_success
+    fill = {"queue": "reports", "type": "build"}
+    assert (await http.post("/v1/tasks", json=fill, headers=operator)).status_code == 201
+    assert (await http.post("/v1/schedules", json=NIGHTLY, headers=operator)).status_code == 201
+    refused = await http.post("/v1/schedules/nightly-report/trigger", headers=operator)
+    assert_error(refused, 429, "queue_full", "transient")
+    assert refused.headers["retry-after"] == "1"
+    fires = await http.get("/v1/schedules/nightly-report/fires", headers=operator)
+    assert fires.json()["items"] == []
