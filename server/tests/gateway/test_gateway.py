@@ -171,6 +171,26 @@ async def test_a_failure_with_retryable_false_fails_the_task(live: Live) -> None
     assert task.error["code"] == "bad_address"
 
 
+async def test_an_oversized_error_keeps_what_decides_the_outcome(live: Live) -> None:
+    """An error over 16 KiB is stored shortened, but ``retryable`` and ``safe_to_retry`` stay:
+    an unsafe task whose handler vouches that nothing happened is retried, not sent to
+    review."""
+    [task_id] = await submit(live, side_effect="unsafe")
+    async with live.connect() as ws:
+        await hello(ws)
+        [d] = await deliveries(ws, 1)
+        await send(ws, {"type": "start", "id": 1, "items": [ref(d)]})
+        await recv(ws)
+        error = {"code": "busy", "message": "try later", "retryable": True,
+                 "safe_to_retry": True, "details": {"dump": "x" * 40_000}}  # fmt: skip
+        await send(ws, {"type": "result", "id": 2,
+                        "items": [{**ref(d), "outcome": "failed", "error": error}]})  # fmt: skip
+        assert (await recv(ws))["items"][0]["verdict"] == "accepted"
+    task = await live.node.tasks.get(SCOPE, task_id)
+    assert task.state == "scheduled" and task.error is not None  # retried after its backoff
+    assert task.error["details"] == {"truncated": True} and task.error["safe_to_retry"]
+
+
 async def test_a_cancel_reaches_the_running_worker_through_its_heartbeat(live: Live) -> None:
     [task_id] = await submit(live)
     async with live.connect() as ws:

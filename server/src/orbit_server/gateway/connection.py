@@ -394,11 +394,12 @@ def _report(item: p.ResultItem, session: Session) -> Report:
     error = {k: v for k, v in error.items() if v is not None and v is not False}
     retryable = item.error.retryable if item.error is not None else True
     error["retryable"] = retryable
-    if len(msgspec.json.encode(error)) > MAX_ERROR_BYTES:
+    if len(msgspec.json.encode(error)) > MAX_ERROR_BYTES:  # what decides the outcome stays
         error = {
             "code": str(error.get("code", "failed"))[:100],
             "message": str(error.get("message", ""))[:2000],
             "retryable": retryable,
+            **({"safe_to_retry": True} if error.get("safe_to_retry") else {}),
             "details": {"truncated": True},
         }
     return Report(ref, None, error=error, retryable=retryable)
