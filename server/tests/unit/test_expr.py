@@ -132,6 +132,18 @@ def test_a_costly_evaluation_fails_before_it_runs_and_cheap_ones_run() -> None:
     )
 
 
+def test_ordinary_comprehensions_over_objects_run() -> None:
+    """Comparisons inside a comprehension compare scalars: they are not charged as if they
+    copied the largest list, so lookups over a few thousand objects run."""
+    items = [{"id": f"id{k}", "name": "n" * 20, "tags": ["a", "b", "x"]} for k in range(3000)]
+    data = {"input": {"items": items, "wanted": "id2999"}}
+    assert compile_expression("input.items.exists(i, i.id == input.wanted)").evaluate(data)
+    tagged = compile_expression("input.items.map(i, i.tags.exists(t, t == 'x'))")
+    assert tagged.evaluate({"input": {"items": items[:300]}}) == [True] * 300
+    ids = compile_expression("input.items.filter(i, i.id.startsWith('id1')).size()")
+    assert ids.evaluate({"input": {"items": items[:1000]}}) == 111
+
+
 def test_operators_inside_string_literals_cost_nothing() -> None:
     shape = cost.shape_of("'a + b == c' + \"x.map(y, y)\" + r'''(+)''' // + +\n")
     assert (shape.joins, shape.copying, shape.names) == ((0, 0), (), frozenset())

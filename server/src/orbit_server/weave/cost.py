@@ -11,12 +11,17 @@ The estimate is an upper bound in rough units of "one byte copied or compared":
 - ``n`` = the most items a comprehension can go over: the longest list the expression sees
   (times the concatenations outside comprehensions that could lengthen it), capped by the
   runtime's iteration budget;
-- every operator that may copy or compare a whole value (``+``, comparisons, ``in``, calls)
-  costs the largest value (``S``: the longest string, or 16 bytes per item of the longest
-  list) for each time it runs: ``n ** depth`` times inside ``depth`` nested comprehensions;
+- ``+`` (which may copy the values it joins) and ``in`` (which may walk a list) cost the
+  largest value (``S``: the longest string, or 16 bytes per item of the longest list) each
+  time they run: ``n ** depth`` times inside ``depth`` nested comprehensions;
+- comparisons and calls cost the longest string (at least 16) each time they run: they
+  compare or read scalars, not whole lists (comparing two whole lists is rare, and ``in`` or
+  a comprehension is what walks one);
 - ``map`` and ``filter`` copy their growing list at every step: ``16 * n ** 2`` each;
 - memory: each ``+`` may build a value as large as all the values it joins, ``n ** depth``
-  times; each variable read may put a copy of the value it reads into the result.
+  times; a variable read outside comprehensions, or inside a ``map``'s body, may put a copy
+  of the value it reads into the result (``exists``, ``all`` and ``filter`` keep no copy of
+  what their bodies read).
 
 An evaluation whose estimate is over :data:`WORK_BUDGET` (a tenth to a fifth of a second) or
 :data:`MEMORY_BUDGET` is refused without running. Measuring the data costs less than the
@@ -50,10 +55,11 @@ class Shape:
     """What the cost of an expression depends on, read from its source."""
 
     names: frozenset[str]  # the top-level identifiers it reads
-    heavy: tuple[int, ...]  # the comprehension depth of each operator linear in its operands
+    heavy: tuple[int, ...]  # the comprehension depth of each ``+`` and ``in``
+    compares: tuple[int, ...]  # the depth of each comparison and call
     joins: tuple[int, ...]  # the comprehension depth of each ``+``
     copying: tuple[int, ...]  # the depth of each ``map`` / ``filter`` (1 for the outermost)
-    reads: tuple[int, ...]  # the depth of each variable read (its value may be in the result)
+    reads: tuple[int, ...]  # the depth of each variable read whose value may be in the result
     outer_joins: int  # ``+`` outside comprehensions (could lengthen a list one goes over)
     literals: int  # characters of source: a bound on the items of lists it writes out
 
@@ -61,7 +67,10 @@ class Shape:
     def free(self) -> bool:
         """No operator whose cost grows with the data, and a result that holds at most a few
         copies of it: nothing to estimate."""
-        return not (self.heavy or self.copying or any(self.reads)) and len(self.reads) <= 4
+        return (
+            not (self.heavy or self.compares or self.copying or any(self.reads))
+            and len(self.reads) <= 4
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,36 +95,42 @@ class Estimate:
 @lru_cache(maxsize=4096)
 def shape_of(source: str) -> Shape:
     tokens = list(_tokens(source))
-    stack: list[bool] = []  # per open parenthesis: whether a macro opened it
+    stack: list[str] = []  # per open parenthesis: the macro that opened it, or ""
     names: set[str] = set()
     heavy: list[int] = []
+    compares: list[int] = []
     joins: list[int] = []
     copying: list[int] = []
     reads: list[int] = []
     for i, tok in enumerate(tokens):
         before = tokens[i - 1] if i else ""
         after = tokens[i + 1] if i + 1 < len(tokens) else ""
-        depth = sum(stack)
+        macros = [m for m in stack if m]
+        depth = len(macros)
         if tok == "(":
             macro = before in MACROS and i >= 2 and tokens[i - 2] == "."
             if macro and before in COPYING:
                 copying.append(depth + 1)
             if not macro and (before.isidentifier() or before in (")", "]")):
-                heavy.append(depth)  # a call: may read its arguments whole
-            stack.append(macro)
+                compares.append(depth)  # a call: reads its arguments
+            stack.append(before if macro else "")
         elif tok == ")":
             if stack:
                 stack.pop()
-        elif tok in HEAVY:
+        elif tok in ("+", "in"):
             heavy.append(depth)
             if tok == "+":
                 joins.append(depth)
+        elif tok in HEAVY:
+            compares.append(depth)
         elif tok.isidentifier() and before != "." and after != "(" and tok not in KEYWORDS:
             names.add(tok)
-            reads.append(depth)
+            if all(m == "map" for m in macros):  # its value may end up in the result
+                reads.append(depth)
     return Shape(
         names=frozenset(names),
         heavy=tuple(heavy),
+        compares=tuple(compares),
         joins=tuple(joins),
         copying=tuple(copying),
         reads=tuple(reads),
@@ -143,9 +158,11 @@ def estimate(shape: Shape, data: Mapping[str, Any]) -> Estimate:
 
 def _estimate(shape: Shape, longest_list: int, longest_string: int) -> Estimate:
     value = max(longest_string, ITEM_BYTES * longest_list, 1)
+    scalar = max(longest_string, ITEM_BYTES)  # what a comparison or a call reads, at most
     n = min(ITERATIONS, longest_list * (shape.outer_joins + 1) + shape.literals)
     joined = value * (len(shape.joins) + 1)  # the largest value a chain of ``+`` may build
     work = sum(n**depth * joined for depth in shape.heavy)
+    work += sum(n**depth * scalar for depth in shape.compares)
     work += sum(ITEM_BYTES * n ** (depth + 1) for depth in shape.copying)
     memory = sum(n**depth * joined for depth in shape.joins)
     memory += sum(n**depth * value for depth in shape.reads)
