@@ -23,7 +23,9 @@ import msgspec
 
 from orbit_server.errors import InvalidRequest
 
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+# Possessive, and the closing quote optional: an unterminated string must not make the search
+# retry from every later quote (quadratic in the body's size).
+_STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"?')
 _TO_SQUARE = bytes.maketrans(b"{}", b"[]")
 _NOT_BRACKET = bytes(c for c in range(256) if c not in b"[]{}")
 _ESCAPED_COLON = (b"\\u003a", b"\\u003A")
