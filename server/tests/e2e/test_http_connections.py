@@ -19,15 +19,21 @@ IDLE_TIMEOUT_MS = 1000
 WAIT_S = 15  # the bound on every read: far above the timeouts under test
 
 
-def _dev(tmp_path: Path, **settings: str) -> Iterator[tuple[str, int]]:
+def _dev_and_key(tmp_path: Path, **settings: str) -> Iterator[tuple[tuple[str, int], str]]:
     env = {f"ORBIT_{name.upper()}": value for name, value in settings.items()}
     dev = OrbitProcess(["dev", "--data-dir", str(tmp_path / "data"), "--port", "0"], env)
     try:
-        url = urlsplit(dev.wait_for("ORBIT_URL")["ORBIT_URL"])
+        announced = dev.wait_for("ORBIT_URL", "ORBIT_API_KEY")
+        url = urlsplit(announced["ORBIT_URL"])
         assert url.hostname is not None and url.port is not None
-        yield url.hostname, url.port
+        yield (url.hostname, url.port), announced["ORBIT_API_KEY"]
     finally:
         assert dev.stop() == 0
+
+
+def _dev(tmp_path: Path, **settings: str) -> Iterator[tuple[str, int]]:
+    for address, _ in _dev_and_key(tmp_path, **settings):
+        yield address
 
 
 @pytest.fixture
@@ -146,3 +152,31 @@ def test_connections_past_the_cap_are_refused_in_the_envelope(tmp_path: Path) ->
             if status == 200:
                 break
         assert status == 200
+
+
+def test_worker_connections_do_not_count_against_the_cap(tmp_path: Path) -> None:
+    """Workers are WebSocket connections: with a cap of 2 HTTP connections and three workers
+    connected, HTTP requests are still served."""
+    for address, key in _dev_and_key(tmp_path, http_max_connections="2"):
+        upgrade = (
+            f"GET /v1/worker HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            f"Sec-WebSocket-Version: 13\r\nAuthorization: Bearer {key}\r\n\r\n"
+        ).encode()
+        workers = []
+        try:
+            for _ in range(3):
+                sock = _connect(address)
+                workers.append(sock)
+                sock.sendall(upgrade)
+                answer = b""
+                while b"\r\n\r\n" not in answer:
+                    answer += sock.recv(4096)
+                assert answer.startswith(b"HTTP/1.1 101"), answer[:200]
+            with _connect(address) as sock:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                status, _, _ = _response(_read_until_closed(sock))
+            assert status == 200
+        finally:
+            for sock in workers:
+                sock.close()

@@ -17,7 +17,7 @@ application sees such a request. This protocol adds, per connection:
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -49,6 +49,9 @@ class OrbitHttpProtocol(HttpToolsProtocol):
 
     header_timeout_s: float = 10.0
     max_connections: int = 1000
+    # The open HTTP connections of this process. uvicorn's own set also holds the WebSocket
+    # connections (a worker's upgrade moves it there), which the cap must not count.
+    open_http: ClassVar[set[OrbitHttpProtocol]] = set()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -56,7 +59,9 @@ class OrbitHttpProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if len(self.connections) > self.max_connections:
+        self.open_http.add(self)
+        if len(self.open_http) > self.max_connections:
+            self.open_http.discard(self)
             self.connections.discard(self)
             transport.write(
                 error_response(
@@ -71,7 +76,12 @@ class OrbitHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_header_timer()
+        self.open_http.discard(self)
         super().connection_lost(exc)
+
+    def handle_websocket_upgrade(self) -> None:
+        self.open_http.discard(self)  # a worker connection from here on, not counted
+        super().handle_websocket_upgrade()
 
     def on_headers_complete(self) -> None:
         self._disarm_header_timer()
@@ -114,5 +124,6 @@ def http_protocol(settings: Settings) -> type[OrbitHttpProtocol]:
         {
             "header_timeout_s": settings.http_header_timeout_ms / 1000,
             "max_connections": settings.http_max_connections,
+            "open_http": set(),
         },
     )
