@@ -32,6 +32,7 @@ EXPECTED_PUBLIC_NAMES = {
     "QueueFullError",
     "RateLimitedError",
     "Readiness",
+    "RedactSecrets",
     "RetryPolicy",
     "Schedule",
     "ScheduleFire",

@@ -272,7 +272,7 @@ async def test_errors_map_to_the_sdk_classes_with_details(sdk: AsyncClient, node
     async with AsyncClient("http://orbit.test", key, transport=transport) as submitter:
         run = await submitter.start_workflow("order", {"amount": 1})
         with pytest.raises(PermissionDeniedError) as denied:
-            await submitter.cancel_workflow(run.id)
+            await submitter.pause_workflow(run.id)  # operators' work; cancelling is not
         assert denied.value.code == "forbidden"
         with pytest.raises(PermissionDeniedError):
             await submitter.publish_workflow(order("2"))

@@ -327,7 +327,6 @@ async def test_a_claim_of_several_tasks_shares_and_moves_the_rotation(node: Node
     assert [lease.task.fairness_key for lease in third] == ["A"]
 
 
-@pytest.mark.covers("attempts_ended")
 async def test_attempts_of_a_task_never_overlap_across_nodes(
     node: Node, settings: Settings, clock: FakeClock
 ) -> None:

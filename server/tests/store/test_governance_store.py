@@ -175,6 +175,24 @@ async def test_key_revoke_is_fenced_to_one_change(db: Database, clock: FakeClock
     assert found is not None and found.revoked_at == revoked_at
 
 
+@pytest.mark.covers("keys_unusable")
+async def test_keys_unusable_are_the_revoked_and_the_missing(
+    db: Database, clock: FakeClock
+) -> None:
+    async def setup(tx: Tx) -> None:
+        await gov.key_insert(tx, key("k1", clock))
+        await gov.key_insert(tx, key("k2", clock))
+        await gov.key_revoke(tx, "k2", clock.now())
+
+    await db.run(setup)
+
+    async def unusable(tx: Tx) -> set[str]:
+        return await gov.keys_unusable(tx, ["k1", "k2", "gone", "k1"])
+
+    assert await db.read(unusable) == {"k2", "gone"}
+    assert await db.read(lambda tx: gov.keys_unusable(tx, [])) == set()
+
+
 @pytest.mark.covers("audit_insert", "audit_list")
 async def test_audit_lists_newest_first_by_scope_and_target(db: Database, clock: FakeClock) -> None:
     def record(i: int, scope: Scope = SCOPE, target: str = "k1") -> AuditRecord:

@@ -90,4 +90,14 @@ def decode_body(body: bytes, target: Any, *, max_depth: int) -> Any:
     try:
         return msgspec.convert(value, target, strict=True)
     except msgspec.ValidationError as exc:
-        raise InvalidRequest(f"invalid request: {exc}") from None
+        raise InvalidRequest(f"invalid request: {_field_first(str(exc))}") from None
+
+
+def _field_first(message: str) -> str:
+    """msgspec's "Expected `int` >= 1000 - at `$.tasks[1].timeout_ms`" as
+    "tasks[1].timeout_ms: Expected `int` >= 1000" (the field, then the reason)."""
+    reason, sep, where = message.rpartition(" - at `$")
+    if not sep:
+        return message
+    field = where.rstrip("`").lstrip(".")
+    return f"{field}: {reason}" if field else reason
