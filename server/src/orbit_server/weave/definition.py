@@ -300,7 +300,9 @@ def check(body: Body) -> Definition:
         unreached = ids - _reachable(first, {s.id: s for s in items})
         for step_id in sorted(unreached):
             reasons.append(f"step {step_id!r} cannot be reached from {first!r}")
-        loop = _idle_loop(items)
+        # Only the top-level list: a branch's loop sees what its sibling branches' steps do
+        # (``steps``), so a wait there can end; the step limit per instance bounds it.
+        loop = _idle_loop(items) if key is None else []
         if loop:
             reasons.append(
                 f"steps {' -> '.join(map(repr, loop))} form a loop without a task, map, poll "
