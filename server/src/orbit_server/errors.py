@@ -192,6 +192,12 @@ class DatabaseUnavailable(Unavailable):
     default_message = "the database is unavailable; nothing was changed, retry later"
 
 
+class DatabaseBusy(DatabaseUnavailable):
+    """The database answers but could not take the unit in time: no pooled connection became
+    free, the unit overran its timeout, lock conflicts outlasted the retries. A refusal like
+    any other for the caller; not an outage (the store's availability log ignores it)."""
+
+
 class CommitOutcomeUnknown(Unavailable):
     """A COMMIT failed or timed out: the change may or may not be durable.
 

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from orbit_server.errors import DatabaseUnavailable, TransientError, Unavailable
+from orbit_server.errors import DatabaseBusy, DatabaseUnavailable, TransientError, Unavailable
 from orbit_server.pulse.admission import KeyAdmissions
 from orbit_server.pulse.scheduler import PassReport, Scheduler
 from orbit_server.pulse.worker import WorkerService
@@ -19,8 +19,10 @@ log = structlog.get_logger("orbit.pulse")
 
 def log_skipped(logger: structlog.stdlib.BoundLogger, what: str, exc: TransientError) -> None:
     """A background pass that met a transient refusal: at DEBUG while the database is away
-    (the store logs the outage once, and when it is back), else a warning."""
-    level = logger.debug if isinstance(exc, DatabaseUnavailable) else logger.warning
+    (the store logs the outage once, and when it is back), else — busy, a full queue — a
+    warning."""
+    away = isinstance(exc, DatabaseUnavailable) and not isinstance(exc, DatabaseBusy)
+    level = logger.debug if away else logger.warning
     level(f"{what} skipped", code=exc.code, reason=exc.message)
 
 

@@ -24,7 +24,7 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 import structlog
 
-from orbit_server.errors import DatabaseUnavailable
+from orbit_server.errors import DatabaseBusy, DatabaseUnavailable
 from orbit_server.store.sql import Dialect, QueryBook
 
 log = structlog.get_logger("orbit.store")
@@ -101,7 +101,8 @@ class Availability:
     """Whether the database answers, as this process sees it, and the lines that say so: one
     when it stops answering, one every ``report_every_s`` while it stays away (with how many
     units it refused meanwhile), one when it answers again. The loops and requests that meet
-    the outage log it at DEBUG only, so an outage is a few lines, not hundreds a second."""
+    the outage log it at DEBUG only, so an outage is a few lines, not hundreds a second. A
+    database that answers but is busy (``DatabaseBusy``) is no outage."""
 
     def __init__(self, report_every_s: float = 30.0) -> None:
         self.report_every_s = report_every_s
@@ -110,6 +111,8 @@ class Availability:
         self._reported = 0.0
 
     def failed(self, error: DatabaseUnavailable) -> None:
+        if isinstance(error, DatabaseBusy):
+            return  # it answers, it is only busy: no outage to tell
         now = time.monotonic()
         self.refused += 1
         if self.down_since is None:
@@ -162,8 +165,8 @@ class Database(abc.ABC):
                 limit = self.retry.max_attempts if isinstance(exc, TransientConflict) else 2
                 if attempt >= limit:
                     error = self._exhausted(exc)
-                    if isinstance(exc, ConnectionLost) and isinstance(error, DatabaseUnavailable):
-                        self.availability.failed(error)  # lock conflicts are no outage
+                    if isinstance(error, DatabaseUnavailable):
+                        self.availability.failed(error)  # lock conflicts are only busy
                     raise error from exc
                 await asyncio.sleep(self.retry.delay(attempt))
             else:

@@ -22,7 +22,12 @@ from asyncmy.connection import Connection
 from asyncmy.cursors import DictCursor
 from asyncmy.pool import Pool
 
-from orbit_server.errors import CommitOutcomeUnknown, DatabaseUnavailable, InvalidRequest
+from orbit_server.errors import (
+    CommitOutcomeUnknown,
+    DatabaseBusy,
+    DatabaseUnavailable,
+    InvalidRequest,
+)
 from orbit_server.store.base import (
     ConnectionLost,
     Database,
@@ -346,7 +351,7 @@ class MySQLDatabase(Database):
             async with asyncio.timeout(self._connect_timeout_s):
                 conn: Connection = await pool.acquire()
         except TimeoutError as exc:
-            raise DatabaseUnavailable("no database connection became free in time") from exc
+            raise DatabaseBusy("no database connection became free in time") from exc
         except Exception as exc:
             if could_not_connect(exc):
                 raise ConnectionLost(type(exc).__name__) from exc
@@ -364,7 +369,7 @@ class MySQLDatabase(Database):
             except asyncio.CancelledError:
                 raise  # mid-statement: the connection's state is unknown, it is closed below
             except TimeoutError as exc:
-                raise DatabaseUnavailable("the database did not answer in time") from exc
+                raise DatabaseBusy("the database did not answer in time") from exc
             except BaseException:
                 reusable = await self._rollback(conn)
                 raise
@@ -396,7 +401,7 @@ class MySQLDatabase(Database):
 
     def _exhausted(self, exc: Exception) -> Exception:
         if isinstance(exc, TransientConflict):
-            return DatabaseUnavailable("the database is busy (lock conflicts); retry shortly")
+            return DatabaseBusy("the database is busy (lock conflicts); retry shortly")
         return DatabaseUnavailable()
 
     async def ping(self) -> None:

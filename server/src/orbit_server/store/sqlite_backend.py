@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from orbit_server.errors import CommitOutcomeUnknown, DatabaseUnavailable
+from orbit_server.errors import CommitOutcomeUnknown, DatabaseBusy, DatabaseUnavailable
 from orbit_server.store.base import (
     Database,
     DuplicateKey,
@@ -251,7 +251,7 @@ class SQLiteDatabase(Database):
         return result
 
     def _exhausted(self, exc: Exception) -> Exception:
-        return DatabaseUnavailable("the database file is busy; retry shortly")
+        return DatabaseBusy("the database file is busy; retry shortly")
 
     async def ping(self) -> None:
         async def select_one(tx: Any) -> None:
