@@ -7,6 +7,7 @@ node's scheduler when a change may make something due sooner.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -373,11 +374,14 @@ class ScheduleService:
         first, last = backfill_range(
             start, end, start_at=s.start_at, end_at=s.end_at, next_fire_at=s.next_fire_at
         )
-        slots, exact = backfill_count(compiled(definition_of(s), s.created_at), first, last)
+        timing = compiled(definition_of(s), s.created_at)
+        slots, exact = await asyncio.to_thread(
+            backfill_count, timing, first, last, limit=max_slots
+        )  # a walk of up to max_slots cron slots: off the event loop
         if slots > max_slots:
-            about = "" if exact else "about "
+            holds = f"{slots} slots" if exact else f"more than {max_slots} slots"
             raise InvalidRequest(
-                f"the range holds {about}{slots} slots; a backfill covers at most {max_slots}: "
+                f"the range holds {holds}; a backfill covers at most {max_slots}: "
                 "split it into shorter ranges",
                 details={"slots": slots, "exact": exact, "max_slots": max_slots},
             )
