@@ -65,7 +65,7 @@ class SessionService:
             )  # fmt: skip
             continuing: list[LeaseRef] = []
             stopped: list[LeaseRef] = []
-            rows = await lstore.tasks_lock_many(tx, [h.task_id for h in held])
+            rows = await lstore.tasks_lock_many_in(tx, scope, [h.task_id for h in held])
             for one in sorted(held, key=lambda r: (r.task_id, r.attempt)):
                 ref = LeaseRef(one.task_id, one.attempt, one.lease_token, session_id)
                 task = rows.get(one.task_id)

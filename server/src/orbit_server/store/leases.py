@@ -433,6 +433,17 @@ async def tasks_lock_many(tx: Tx, task_ids: Sequence[str]) -> dict[str, LockedTa
     return {str(r["id"]): _locked(r) for r in rows}
 
 
+async def tasks_lock_many_in(
+    tx: Tx, scope: Scope, task_ids: Sequence[str]
+) -> dict[str, LockedTask]:
+    """``tasks_lock_many`` for the tasks of one scope: ids of other scopes are left alone."""
+    if not task_ids:
+        return {}
+    params = {**_scope(scope), "task_ids": sorted(set(task_ids))}
+    rows = await tx.fetch_all("tasks_lock_many_in", params)
+    return {str(r["id"]): _locked(r) for r in rows}
+
+
 def _locked(r: Row) -> LockedTask:
     return LockedTask(
         id=str(r["id"]), scope=Scope(str(r["tenant"]), str(r["environment"])),

@@ -134,6 +134,14 @@ SELECT id, tenant, environment, queue, state, lease_epoch, lease_token, session_
        event_seq, side_effect
   FROM tasks FORCE INDEX (PRIMARY) WHERE id IN (:task_ids) ORDER BY id FOR UPDATE
 
+-- name: tasks_lock_many_in
+-- Only the rows of one tenant and environment (others are not kept locked).
+SELECT id, tenant, environment, queue, state, lease_epoch, lease_token, session_id,
+       lease_expires_at, deadline_at, cancel_requested, gate_id, timeout_ms, concurrency_key, owner_kind, owner_id,
+       event_seq, side_effect
+  FROM tasks FORCE INDEX (PRIMARY) WHERE id IN (:task_ids)
+   AND tenant = :tenant AND environment = :environment ORDER BY id FOR UPDATE
+
 -- name: key_permits_lock_free
 -- Rows another transaction holds are skipped, not waited for.
 SELECT concurrency_key, active FROM key_permits FORCE INDEX (PRIMARY)

@@ -125,6 +125,14 @@ SELECT id, tenant, environment, queue, state, lease_epoch, lease_token, session_
        event_seq, side_effect
   FROM tasks WHERE id IN (:task_ids) ORDER BY id
 
+-- name: tasks_lock_many_in
+-- Only the rows of one tenant and environment (others are not kept locked).
+SELECT id, tenant, environment, queue, state, lease_epoch, lease_token, session_id,
+       lease_expires_at, deadline_at, cancel_requested, gate_id, timeout_ms, concurrency_key, owner_kind, owner_id,
+       event_seq, side_effect
+  FROM tasks WHERE id IN (:task_ids)
+   AND tenant = :tenant AND environment = :environment ORDER BY id
+
 -- name: key_permits_lock_free
 -- One writer at a time: no row is held by another transaction.
 SELECT concurrency_key, active FROM key_permits
