@@ -220,7 +220,7 @@ class Claims:
         one_key = span.first == span.last
         while True:
             candidates = await self._fair_candidates(
-                tx, scope, want, scan, one_key=one_key, after=span.after
+                tx, scope, want, scan, take=take, one_key=one_key, after=span.after
             )
             chosen = await self._choose(tx, scope, want, queue, candidates, take, now)
             if len(chosen) >= take or len(candidates) < scan or scan >= DEEP_SCAN:
@@ -309,7 +309,15 @@ class Claims:
         return chosen
 
     async def _fair_candidates(
-        self, tx: Tx, scope: Scope, want: Want, scan: int, *, one_key: bool, after: str | None
+        self,
+        tx: Tx,
+        scope: Scope,
+        want: Want,
+        scan: int,
+        *,
+        take: int,
+        one_key: bool,
+        after: str | None,
     ) -> list[Candidate]:
         """Up to ``scan`` candidates in the order a claim takes them, rotating over fairness
         keys (SPEC P7): priority first; within a priority, the keys take turns — each key's
@@ -341,11 +349,13 @@ class Claims:
             versions=want.versions,
         ):
             picked[c.task_id] = c
-        # The head of the plain claim order too: the rest of the batch, and a task of higher
-        # priority under a key that this claim's share of keys does not reach.
+        # The head of the plain claim order too: a task of higher priority under a key that
+        # this claim's share of keys does not reach (the first ``take`` rows hold it), and
+        # the rest of the batch when the shares fall short. Rows read are locked: no more.
         known = set(keys)
+        head = scan if len(picked) < scan else min(scan, take)
         for c in await lstore.ready_candidates(
-            tx, scope, want.queue, want.type, limit=scan, versions=want.versions
+            tx, scope, want.queue, want.type, limit=head, versions=want.versions
         ):
             picked.setdefault(c.task_id, c)
             if c.fairness_key not in known:  # a key the remembered set lacks: read it anew
