@@ -99,6 +99,42 @@ def test_headers_that_never_complete_are_cut_off(server: tuple[str, int]) -> Non
         assert time.monotonic() - started < WAIT_S - 1
 
 
+def test_a_body_that_trickles_in_is_cut_off(tmp_path: Path) -> None:
+    """Headers in time, with a key that may submit, then the body a byte at a time: it must
+    make progress (16 KiB per header timeout), so the connection is closed long before the
+    body could complete, and with no answer."""
+    timeout = {"http_header_timeout_ms": str(HEADER_TIMEOUT_MS)}
+    for address, key in _dev_and_key(tmp_path, **timeout):
+        with _connect(address) as sock:
+            started = time.monotonic()
+            sock.sendall(
+                b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Authorization: Bearer " + key.encode() + b"\r\n"
+                b"Content-Length: 100000\r\n\r\n{"
+            )
+            assert _trickle_until_closed(sock) == b""
+            assert time.monotonic() - started < WAIT_S - 1
+
+
+def _trickle_until_closed(sock: socket.socket) -> bytes:
+    """Send a byte every 0.1 s until the server closes; answers what it sent back."""
+    received = b""
+    for _ in range(int(WAIT_S / 0.1)):
+        try:
+            sock.sendall(b" ")
+        except OSError:
+            return received
+        sock.settimeout(0.1)
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            continue
+        if not chunk:
+            return received
+        received += chunk
+    raise AssertionError(f"still open after {WAIT_S} s")
+
+
 def test_an_idle_keep_alive_connection_is_closed(server: tuple[str, int]) -> None:
     with _connect(server) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -9,6 +9,8 @@ application sees such a request. This protocol adds, per connection:
 
 - a header timeout: complete request headers must arrive within ``ORBIT_HTTP_HEADER_TIMEOUT_MS``
   of the connection opening or of the previous response ending, or the connection is closed;
+  while a request's body arrives, every ``BODY_PROGRESS_BYTES`` of it must come within that
+  bound too (a body sent a byte every few seconds does not hold the connection for ever);
 - a cap: past ``ORBIT_HTTP_MAX_CONNECTIONS`` open HTTP connections (worker WebSockets are not
   counted) a new one is answered ``503 unavailable`` and closed before anything is read;
 - the error envelope (``400 invalid_request``) for requests the parser refuses.
@@ -27,6 +29,7 @@ from orbit_server.api.errors import encode_error, error_headers
 from orbit_server.config import Settings
 
 _REASONS = {400: b"Bad Request", 503: b"Service Unavailable"}
+BODY_PROGRESS_BYTES = 16 * 1024  # a body's least progress per header timeout
 
 
 def error_response(error: errors.OrbitError) -> bytes:
@@ -56,6 +59,7 @@ class OrbitHttpProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._header_timer: asyncio.TimerHandle | None = None
+        self._body_since_timer = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -86,6 +90,23 @@ class OrbitHttpProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._disarm_header_timer()
         super().on_headers_complete()
+        if not self._upgrading():
+            self._body_since_timer = 0
+            self._arm_header_timer()  # now the body's: it must make progress in time
+
+    def on_body(self, body: bytes) -> None:
+        super().on_body(body)
+        self._body_since_timer += len(body)
+        if self._body_since_timer >= BODY_PROGRESS_BYTES and not self._upgrading():
+            self._body_since_timer = 0
+            self._arm_header_timer()
+
+    def on_message_complete(self) -> None:
+        self._disarm_header_timer()
+        super().on_message_complete()
+
+    def _upgrading(self) -> bool:
+        return bool(self.parser.should_upgrade() and self._should_upgrade())
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -112,7 +133,9 @@ class OrbitHttpProtocol(HttpToolsProtocol):
 
     def _header_timeout(self) -> None:
         self._header_timer = None
-        if not self.transport.is_closing():
+        if self.flow.read_paused:  # the application has not taken what came: not the client's
+            self._arm_header_timer()
+        elif not self.transport.is_closing():
             self.transport.close()
 
 
