@@ -96,8 +96,9 @@ async def test_a_worker_that_does_not_read_is_cut_off_down_to_its_tcp_connection
     live: Live, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A raw client that upgrades, says hello and then only sends heartbeats, never reading
-    their answers: once the server's buffers are full it is cut off (4429) and its TCP
-    connection is gone — not left open with megabytes queued."""
+    their answers: once the server's buffers are full it is cut off and its TCP connection is
+    gone — not left open with megabytes queued. (The close code, 4429, cannot reach a client
+    that does not read; the connection's own test checks it is the one chosen.)"""
     monkeypatch.setattr(asgi_ws, "ABORT_AFTER_S", 0.2)
     monkeypatch.setattr(connection, "SEND_BUFFER_FRAMES", 8)  # fills after a few frames
     port = int(live.url.rsplit(":", 1)[1].split("/")[0])
