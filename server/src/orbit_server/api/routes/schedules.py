@@ -3,7 +3,6 @@ backfill, and the fire ledger."""
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -16,6 +15,7 @@ from orbit_server.api.auth import actor_of, roles
 from orbit_server.api.deps import NodeDep, PrincipalDep
 from orbit_server.api.openapi import BODY, KEYED, OrbitOperation, error_responses
 from orbit_server.api.pagination import decode_cursor, encode_cursor, next_cursor, page_limit
+from orbit_server.api.quota import take_submit_quota
 from orbit_server.api.routes.tasks import to_spec
 from orbit_server.api.wire_schedules import (
     Backfill,
@@ -60,20 +60,11 @@ def template_of(task: TaskTemplate, settings: Settings) -> dict[str, Any]:
 
 def _take_backfill_quota(node: Node, principal: Principal, slots: int) -> None:
     """A backfill's slots count against the key's submit rate, as a batch of that many tasks
-    would (``ORBIT_SUBMIT_RATE_PER_KEY``, ``ORBIT_SUBMIT_BURST_PER_KEY``)."""
-    wait_s = node.submit_limiter.take(principal.key_id, slots)
-    if wait_s == 0:
-        return
-    if math.isinf(wait_s):  # waiting cannot help: the range itself is too big
-        raise InvalidRequest(
-            f"the range holds {slots} slots; this key may submit at most "
-            f"{node.submit_limiter.burst:g} tasks at once: split it into shorter ranges",
-            details={"slots": slots, "burst": int(node.submit_limiter.burst)},
-        )
-    raise RateLimited(
-        f"this key submits faster than {node.submit_limiter.rate:g} tasks/s",
-        retry_after_s=max(1, math.ceil(wait_s)),
-    )
+    would."""
+    take_submit_quota(
+        node, principal, slots, what=f"the range holds {slots} slots; ",
+        advice=": split it into shorter ranges", details={"slots": slots},
+    )  # fmt: skip
 
 
 async def _view(node: Node, principal: Principal, name: str) -> Schedule:

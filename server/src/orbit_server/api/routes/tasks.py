@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Annotated
 
@@ -14,6 +13,7 @@ from orbit_server.api.auth import actor_of, roles
 from orbit_server.api.deps import NodeDep, PrincipalDep
 from orbit_server.api.openapi import BODY, KEYED, OrbitOperation, error_responses
 from orbit_server.api.pagination import ID_POSITION, decode_cursor, encode_cursor, page_limit
+from orbit_server.api.quota import take_submit_quota
 from orbit_server.api.wire_tasks import (
     Attempt,
     AttemptList,
@@ -35,11 +35,10 @@ from orbit_server.errors import (
     RateLimited,
     StateConflict,
 )
-from orbit_server.governance.keys import Principal, Role
+from orbit_server.governance.keys import Role
 from orbit_server.pulse.model import TaskSpec
 from orbit_server.pulse.retry import RetryPolicy
 from orbit_server.pulse.states import SideEffect, TaskState
-from orbit_server.runtime.node import Node
 
 READERS = (Role.SUBMITTER, Role.OPERATOR, Role.ADMIN)
 WRITERS = (Role.SUBMITTER, Role.OPERATOR)
@@ -108,21 +107,6 @@ def accept_traceparent(value: str | None) -> str | None:
     return f"00-{trace_id}-{parent_id}-{flags}"
 
 
-def _take_submit_quota(node: Node, principal: Principal, count: int) -> None:
-    wait_s = node.submit_limiter.take(principal.key_id, count)
-    if wait_s == 0:
-        return
-    if math.isinf(wait_s):  # waiting cannot help: the request itself is too big
-        raise InvalidRequest(
-            f"this key may submit at most {node.submit_limiter.burst:g} tasks at once; "
-            "split the batch"
-        )
-    raise RateLimited(
-        f"this key submits faster than {node.submit_limiter.rate:g} tasks/s",
-        retry_after_s=max(1, math.ceil(wait_s)),
-    )
-
-
 @post(
     "/v1/tasks",
     summary="Submit a task",
@@ -139,7 +123,7 @@ async def submit_task(
     traceparent: Annotated[str | None, HeaderParameter(name="traceparent")] = None,
 ) -> Response[Task]:
     spec = to_spec(data, node.settings, accept_traceparent(traceparent))
-    _take_submit_quota(node, principal, 1)
+    take_submit_quota(node, principal, 1, advice="; split the batch")
     submitted = await node.tasks.submit(principal.scope, spec)
     return Response(Task.of(submitted.task), status_code=201 if submitted.created else 200)
 
@@ -164,7 +148,7 @@ async def submit_batch(
             specs.append(to_spec(body, node.settings, accept_traceparent(traceparent)))
         except (InvalidRequest, PayloadTooLarge) as exc:
             raise type(exc)(f"tasks[{index}]: {exc.message}") from None
-    _take_submit_quota(node, principal, len(specs))
+    take_submit_quota(node, principal, len(specs), advice="; split the batch")
     submitted = await node.tasks.submit_many(principal.scope, specs)
     created = any(item.created for item in submitted)
     return Response(
