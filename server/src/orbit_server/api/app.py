@@ -16,6 +16,7 @@ from orbit_server.api.auth import authenticate, authorize
 from orbit_server.api.errors import handle_exception
 from orbit_server.api.json_body import decode_body
 from orbit_server.api.middleware import OrbitHTTPMiddleware
+from orbit_server.api.openapi import OrbitOperation
 from orbit_server.api.routes import audit, health, keys, queues, schedules, tasks, workflows
 from orbit_server.config import ServerRole, Settings
 from orbit_server.runtime.node import Node
@@ -92,6 +93,8 @@ def build_litestar(settings: Settings, provide_node: Callable[[], Awaitable[Node
     routes = list(HEALTH_ROUTES)
     if settings.has_role(ServerRole.API):
         routes += API_ROUTES
+    for route in routes:  # every route is described as Orbit answers (errors, optional bodies)
+        route.operation_class = OrbitOperation
     return Litestar(
         route_handlers=routes,
         dependencies={

@@ -3,8 +3,9 @@
 Litestar describes a 400 with its own ``{detail, status_code}`` body, lists no other error, and
 marks every request body required. Orbit answers every error in one envelope
 (docs/reference/errors.md) and takes some bodies as optional (``JSONBody[X | None] = None``).
-So each route declares the errors it can answer, ``responses=error_responses(...)``, and is
-described by :class:`OrbitOperation`, which drops what Litestar adds on its own.
+So each route declares the errors it can answer, ``responses=error_responses(...)``, and every
+route is described by :class:`OrbitOperation` (set for all of them in ``app.build_litestar``),
+which drops what Litestar adds on its own.
 """
 
 from __future__ import annotations

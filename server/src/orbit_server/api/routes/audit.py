@@ -9,7 +9,7 @@ from litestar.params import FromQuery, QueryParameter
 
 from orbit_server.api.auth import roles
 from orbit_server.api.deps import NodeDep, PrincipalDep
-from orbit_server.api.openapi import KEYED, OrbitOperation, error_responses
+from orbit_server.api.openapi import KEYED, error_responses
 from orbit_server.api.pagination import ID_POSITION, decode_cursor, next_cursor, page_limit
 from orbit_server.api.wire import AuditEntry, AuditList
 from orbit_server.errors import InvalidRequest
@@ -22,7 +22,6 @@ from orbit_server.governance.keys import Role
     tags=["audit"],
     opt=roles(Role.OPERATOR, Role.ADMIN),
     responses=error_responses(*KEYED, InvalidRequest),
-    operation_class=OrbitOperation,
 )
 async def list_audit(
     principal: PrincipalDep,

@@ -8,7 +8,6 @@ from litestar.openapi.datastructures import ResponseSpec
 
 from orbit_server.api.context import current_request_id
 from orbit_server.api.deps import NodeDep
-from orbit_server.api.openapi import OrbitOperation
 from orbit_server.api.wire import Error, Health, ReadinessBody
 from orbit_server.errors import Unavailable, error_body
 from orbit_server.observability.metrics import CONTENT_TYPE
@@ -46,7 +45,6 @@ async def readyz_head(node: NodeDep) -> Response[None]:
             description="Not ready: `checks` says what failed, `error` is `unavailable`",
         )
     },
-    operation_class=OrbitOperation,
 )
 async def readyz(node: NodeDep) -> Response[ReadinessBody]:
     readiness = await node.readiness.check()

@@ -9,7 +9,7 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from orbit_server.api.auth import actor_of, roles
 from orbit_server.api.deps import NodeDep, PrincipalDep
-from orbit_server.api.openapi import BODY, KEYED, OrbitOperation, error_responses
+from orbit_server.api.openapi import BODY, KEYED, error_responses
 from orbit_server.api.pagination import ID_POSITION, decode_cursor, next_cursor, page_limit
 from orbit_server.api.wire import ApiKey, ApiKeyList, CreatedApiKey, KeyCreate, WhoAmI
 from orbit_server.errors import InvalidRequest, NotFound, Unauthenticated, Unavailable
@@ -21,7 +21,6 @@ from orbit_server.governance.keys import ALL_ROLES, Role, parse_roles
     summary="The calling key's scope and roles",
     tags=["keys"],
     responses=error_responses(Unauthenticated, Unavailable),
-    operation_class=OrbitOperation,
 )
 async def whoami(principal: PrincipalDep) -> WhoAmI:
     return WhoAmI(
@@ -39,7 +38,6 @@ async def whoami(principal: PrincipalDep) -> WhoAmI:
     tags=["keys"],
     opt=roles(Role.ADMIN),
     responses=error_responses(*KEYED, *BODY),
-    operation_class=OrbitOperation,
 )
 async def create_key(
     data: JSONBody[KeyCreate], principal: PrincipalDep, node: NodeDep
@@ -64,7 +62,6 @@ async def create_key(
     tags=["keys"],
     opt=roles(Role.ADMIN),
     responses=error_responses(*KEYED, InvalidRequest),
-    operation_class=OrbitOperation,
 )
 async def list_keys(
     principal: PrincipalDep,
@@ -87,7 +84,6 @@ async def list_keys(
     tags=["keys"],
     opt=roles(Role.ADMIN),
     responses=error_responses(*KEYED, NotFound),
-    operation_class=OrbitOperation,
 )
 async def get_key(key_id: FromPath[str], principal: PrincipalDep, node: NodeDep) -> ApiKey:
     return ApiKey.of(await node.keys.get(key_id, principal.scope))
@@ -100,7 +96,6 @@ async def get_key(key_id: FromPath[str], principal: PrincipalDep, node: NodeDep)
     status_code=200,
     opt=roles(Role.ADMIN),
     responses=error_responses(*KEYED, NotFound),
-    operation_class=OrbitOperation,
 )
 async def revoke_key(key_id: FromPath[str], principal: PrincipalDep, node: NodeDep) -> ApiKey:
     revoked = await node.keys.revoke(key_id, actor=actor_of(principal), scope=principal.scope)

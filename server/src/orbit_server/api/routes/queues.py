@@ -10,7 +10,7 @@ from msgspec import UNSET
 
 from orbit_server.api.auth import actor_of, roles
 from orbit_server.api.deps import NodeDep, PrincipalDep
-from orbit_server.api.openapi import BODY, KEYED, OrbitOperation, error_responses
+from orbit_server.api.openapi import BODY, KEYED, error_responses
 from orbit_server.api.pagination import NAME_POSITION, decode_cursor, next_cursor, page_limit
 from orbit_server.api.wire_tasks import Queue, QueueList, QueueUpdate
 from orbit_server.errors import InvalidRequest
@@ -24,7 +24,6 @@ from orbit_server.pulse.service import QueueSettings
     tags=["queues"],
     opt=roles(Role.SUBMITTER, Role.OPERATOR, Role.ADMIN),
     responses=error_responses(*KEYED, InvalidRequest),
-    operation_class=OrbitOperation,
 )
 async def list_queues(
     principal: PrincipalDep,
@@ -50,7 +49,6 @@ async def list_queues(
     tags=["queues"],
     opt=roles(Role.OPERATOR),
     responses=error_responses(*KEYED, *BODY),
-    operation_class=OrbitOperation,
 )
 async def update_queue(
     name: FromPath[str], data: JSONBody[QueueUpdate], principal: PrincipalDep, node: NodeDep

@@ -13,7 +13,7 @@ from msgspec import UNSET
 
 from orbit_server.api.auth import actor_of, roles
 from orbit_server.api.deps import NodeDep, PrincipalDep
-from orbit_server.api.openapi import BODY, KEYED, OrbitOperation, error_responses
+from orbit_server.api.openapi import BODY, KEYED, error_responses
 from orbit_server.api.pagination import decode_cursor, encode_cursor, next_cursor, page_limit
 from orbit_server.api.quota import take_submit_quota
 from orbit_server.api.routes.tasks import to_spec
@@ -78,7 +78,6 @@ async def _view(node: Node, principal: Principal, name: str) -> Schedule:
     status_code=201,
     opt=roles(*OPERATORS),
     responses=error_responses(*KEYED, *BODY, AlreadyExists),
-    operation_class=OrbitOperation,
 )
 async def create_schedule(
     data: JSONBody[ScheduleIn], principal: PrincipalDep, node: NodeDep
@@ -106,7 +105,6 @@ async def create_schedule(
     tags=["schedules"],
     opt=roles(*READERS),
     responses=error_responses(*KEYED, InvalidRequest),
-    operation_class=OrbitOperation,
 )
 async def list_schedules(
     principal: PrincipalDep,
@@ -130,7 +128,6 @@ async def list_schedules(
     tags=["schedules"],
     opt=roles(*READERS),
     responses=error_responses(*KEYED, InvalidRequest, NotFound),
-    operation_class=OrbitOperation,
 )
 async def get_schedule(
     name: FromPath[str],
@@ -147,7 +144,6 @@ async def get_schedule(
     tags=["schedules"],
     opt=roles(*OPERATORS),
     responses=error_responses(*KEYED, *BODY, NotFound, StateConflict),
-    operation_class=OrbitOperation,
 )
 async def update_schedule(
     name: FromPath[str], data: JSONBody[SchedulePatch], principal: PrincipalDep, node: NodeDep
@@ -173,7 +169,6 @@ async def update_schedule(
     tags=["schedules"],
     opt=roles(*OPERATORS),
     responses=error_responses(*KEYED, NotFound),
-    operation_class=OrbitOperation,
 )
 async def delete_schedule(name: FromPath[str], principal: PrincipalDep, node: NodeDep) -> None:
     await node.schedules.delete(principal.scope, name, actor=actor_of(principal))
@@ -186,7 +181,6 @@ async def delete_schedule(name: FromPath[str], principal: PrincipalDep, node: No
     status_code=200,
     opt=roles(*OPERATORS),
     responses=error_responses(*KEYED, *BODY, NotFound),
-    operation_class=OrbitOperation,
 )
 async def pause_schedule(
     name: FromPath[str],
@@ -206,7 +200,6 @@ async def pause_schedule(
     status_code=200,
     opt=roles(*OPERATORS),
     responses=error_responses(*KEYED, NotFound),
-    operation_class=OrbitOperation,
 )
 async def resume_schedule(name: FromPath[str], principal: PrincipalDep, node: NodeDep) -> Schedule:
     await node.schedules.resume(principal.scope, name, actor=actor_of(principal))
@@ -220,7 +213,6 @@ async def resume_schedule(name: FromPath[str], principal: PrincipalDep, node: No
     status_code=201,
     opt=roles(*OPERATORS),
     responses=error_responses(*KEYED, NotFound, QueueFull),
-    operation_class=OrbitOperation,
 )
 async def trigger_schedule(name: FromPath[str], principal: PrincipalDep, node: NodeDep) -> Fire:
     return Fire.of(await node.schedules.trigger(principal.scope, name, actor=actor_of(principal)))
@@ -233,7 +225,6 @@ async def trigger_schedule(name: FromPath[str], principal: PrincipalDep, node: N
     status_code=202,
     opt=roles(*OPERATORS),
     responses=error_responses(*KEYED, *BODY, NotFound, RateLimited),
-    operation_class=OrbitOperation,
 )
 async def backfill_schedule(
     name: FromPath[str], data: JSONBody[BackfillIn], principal: PrincipalDep, node: NodeDep
@@ -252,7 +243,6 @@ async def backfill_schedule(
     tags=["schedules"],
     opt=roles(*READERS),
     responses=error_responses(*KEYED, NotFound),
-    operation_class=OrbitOperation,
 )
 async def list_backfills(
     name: FromPath[str], principal: PrincipalDep, node: NodeDep
@@ -267,7 +257,6 @@ async def list_backfills(
     tags=["schedules"],
     opt=roles(*READERS),
     responses=error_responses(*KEYED, NotFound),
-    operation_class=OrbitOperation,
 )
 async def get_backfill(
     name: FromPath[str], backfill_id: FromPath[str], principal: PrincipalDep, node: NodeDep
@@ -281,7 +270,6 @@ async def get_backfill(
     tags=["schedules"],
     opt=roles(*READERS),
     responses=error_responses(*KEYED, InvalidRequest, NotFound),
-    operation_class=OrbitOperation,
 )
 async def list_fires(
     name: FromPath[str],

@@ -11,7 +11,7 @@ from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, Quer
 
 from orbit_server.api.auth import actor_of, roles
 from orbit_server.api.deps import NodeDep, PrincipalDep
-from orbit_server.api.openapi import BODY, KEYED, OrbitOperation, error_responses
+from orbit_server.api.openapi import BODY, KEYED, error_responses
 from orbit_server.api.pagination import ID_POSITION, decode_cursor, encode_cursor, page_limit
 from orbit_server.api.quota import take_submit_quota
 from orbit_server.api.wire_tasks import (
@@ -114,7 +114,6 @@ def accept_traceparent(value: str | None) -> str | None:
     status_code=201,
     opt=roles(*WRITERS),
     responses=error_responses(*KEYED, *BODY, IdempotencyConflict, QueueFull, RateLimited),
-    operation_class=OrbitOperation,
 )
 async def submit_task(
     data: JSONBody[TaskSubmit],
@@ -134,7 +133,6 @@ async def submit_task(
     tags=["tasks"],
     opt=roles(*WRITERS),
     responses=error_responses(*KEYED, *BODY, IdempotencyConflict, QueueFull, RateLimited),
-    operation_class=OrbitOperation,
 )
 async def submit_batch(
     data: JSONBody[TaskBatch],
@@ -163,7 +161,6 @@ async def submit_batch(
     tags=["tasks"],
     opt=roles(*READERS),
     responses=error_responses(*KEYED, InvalidRequest, NotFound),
-    operation_class=OrbitOperation,
 )
 async def get_task(
     task_id: FromPath[str],
@@ -182,7 +179,6 @@ async def get_task(
     tags=["tasks"],
     opt=roles(*READERS),
     responses=error_responses(*KEYED, InvalidRequest),
-    operation_class=OrbitOperation,
 )
 async def list_tasks(
     principal: PrincipalDep,
@@ -223,7 +219,6 @@ async def list_tasks(
     tags=["tasks"],
     opt=roles(*READERS),
     responses=error_responses(*KEYED, NotFound),
-    operation_class=OrbitOperation,
 )
 async def task_attempts(
     task_id: FromPath[str], principal: PrincipalDep, node: NodeDep
@@ -239,7 +234,6 @@ async def task_attempts(
     status_code=200,
     opt=roles(*WRITERS),
     responses=error_responses(*KEYED, *BODY, NotFound, StateConflict),
-    operation_class=OrbitOperation,
 )
 async def cancel_task(
     task_id: FromPath[str],
@@ -261,7 +255,6 @@ async def cancel_task(
     status_code=200,
     opt=roles(Role.OPERATOR),
     responses=error_responses(*KEYED, NotFound, StateConflict),
-    operation_class=OrbitOperation,
 )
 async def retry_task(task_id: FromPath[str], principal: PrincipalDep, node: NodeDep) -> Task:
     return Task.of(await node.tasks.retry(principal.scope, task_id, actor=actor_of(principal)))
@@ -274,7 +267,6 @@ async def retry_task(task_id: FromPath[str], principal: PrincipalDep, node: Node
     status_code=200,
     opt=roles(Role.OPERATOR),
     responses=error_responses(*KEYED, *BODY, NotFound, StateConflict),
-    operation_class=OrbitOperation,
 )
 async def resolve_task(
     task_id: FromPath[str], data: JSONBody[ResolveIn], principal: PrincipalDep, node: NodeDep

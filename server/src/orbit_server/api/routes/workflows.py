@@ -11,7 +11,7 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from orbit_server.api.auth import actor_of, roles
 from orbit_server.api.deps import NodeDep, PrincipalDep
-from orbit_server.api.openapi import BODY, KEYED, OrbitOperation, error_responses
+from orbit_server.api.openapi import BODY, KEYED, error_responses
 from orbit_server.api.pagination import decode_cursor, next_cursor, page_limit
 from orbit_server.api.wire_workflows import (
     ControlIn,
@@ -61,7 +61,6 @@ Steer = Callable[..., Awaitable[WorkflowRecord]]
     status_code=201,
     opt=roles(*OPERATORS),
     responses=error_responses(*KEYED, *BODY, VersionExists, DefinitionInvalid),
-    operation_class=OrbitOperation,
 )
 async def publish_definition(
     data: JSONBody[dict[str, Any]], principal: PrincipalDep, node: NodeDep
@@ -102,7 +101,6 @@ def unwrapped(data: dict[str, Any]) -> dict[str, Any]:
     tags=["workflows"],
     opt=roles(*READERS),
     responses=error_responses(*KEYED, InvalidRequest),
-    operation_class=OrbitOperation,
 )
 async def list_definitions(
     principal: PrincipalDep,
@@ -134,7 +132,6 @@ async def list_definitions(
     tags=["workflows"],
     opt=roles(*READERS),
     responses=error_responses(*KEYED, NotFound),
-    operation_class=OrbitOperation,
 )
 async def get_definition(
     name: FromPath[str], version: FromPath[str], principal: PrincipalDep, node: NodeDep
@@ -149,7 +146,6 @@ async def get_definition(
     status_code=201,
     opt=roles(*WRITERS),
     responses=error_responses(*KEYED, *BODY, NotFound, IdempotencyConflict, QueueFull),
-    operation_class=OrbitOperation,
 )
 async def start_workflow(
     data: JSONBody[WorkflowStart], principal: PrincipalDep, node: NodeDep
@@ -168,7 +164,6 @@ async def start_workflow(
     tags=["workflows"],
     opt=roles(*READERS),
     responses=error_responses(*KEYED, InvalidRequest, NotFound),
-    operation_class=OrbitOperation,
 )
 async def get_workflow(
     workflow_id: FromPath[str],
@@ -186,7 +181,6 @@ async def get_workflow(
     tags=["workflows"],
     opt=roles(*READERS),
     responses=error_responses(*KEYED, InvalidRequest),
-    operation_class=OrbitOperation,
 )
 async def list_workflows(
     principal: PrincipalDep,
@@ -214,7 +208,6 @@ async def list_workflows(
     tags=["workflows"],
     opt=roles(*READERS),
     responses=error_responses(*KEYED, InvalidRequest, NotFound),
-    operation_class=OrbitOperation,
 )
 async def list_steps(
     workflow_id: FromPath[str],
@@ -244,7 +237,6 @@ async def list_steps(
     responses=error_responses(
         *KEYED, *BODY, NotFound, IdempotencyConflict, StateConflict, QueueFull
     ),
-    operation_class=OrbitOperation,
 )
 async def send_signal(
     workflow_id: FromPath[str], data: JSONBody[SignalIn], principal: PrincipalDep, node: NodeDep
@@ -281,7 +273,6 @@ async def _steered(
     status_code=200,
     opt=roles(*OPERATORS),
     responses=error_responses(*KEYED, *BODY, NotFound, StateConflict),
-    operation_class=OrbitOperation,
 )
 async def pause_workflow(
     workflow_id: FromPath[str], principal: PrincipalDep, node: NodeDep,
@@ -297,7 +288,6 @@ async def pause_workflow(
     status_code=200,
     opt=roles(*OPERATORS),
     responses=error_responses(*KEYED, *BODY, NotFound, StateConflict, QueueFull),
-    operation_class=OrbitOperation,
 )
 async def resume_workflow(
     workflow_id: FromPath[str], principal: PrincipalDep, node: NodeDep,
@@ -313,7 +303,6 @@ async def resume_workflow(
     status_code=200,
     opt=roles(*CANCELLERS),
     responses=error_responses(*KEYED, *BODY, NotFound, StateConflict),
-    operation_class=OrbitOperation,
 )
 async def cancel_workflow(
     workflow_id: FromPath[str], principal: PrincipalDep, node: NodeDep,
@@ -329,7 +318,6 @@ async def cancel_workflow(
     status_code=200,
     opt=roles(*OPERATORS),
     responses=error_responses(*KEYED, *BODY, NotFound, StateConflict, QueueFull),
-    operation_class=OrbitOperation,
 )
 async def retry_step(
     workflow_id: FromPath[str], key: FromPath[str], principal: PrincipalDep, node: NodeDep,
@@ -346,7 +334,6 @@ async def retry_step(
     status_code=200,
     opt=roles(*OPERATORS),
     responses=error_responses(*KEYED, *BODY, NotFound, StateConflict, QueueFull),
-    operation_class=OrbitOperation,
 )
 async def skip_step(
     workflow_id: FromPath[str], key: FromPath[str], principal: PrincipalDep, node: NodeDep,
@@ -366,7 +353,6 @@ async def skip_step(
     status_code=200,
     opt=roles(*OPERATORS),
     responses=error_responses(*KEYED, *BODY, NotFound, StateConflict),
-    operation_class=OrbitOperation,
 )
 async def resolve_step(
     workflow_id: FromPath[str], key: FromPath[str], data: JSONBody[ResolveIn],
