@@ -285,8 +285,6 @@ class Gateway:
                     log.error("worker request failed", exc_info=exc)
             elif closed in done and conn.close_code is not None:
                 close_code = conn.close_code  # revoked, or a worker that does not read
-            elif closed in done and not conn.draining:
-                close_code = p.CLOSE_TOO_SLOW
         finally:
             conn.closed.set()
             self.dispatcher.detach(conn)

@@ -69,9 +69,8 @@ class SessionService:
             for one in sorted(held, key=lambda r: (r.task_id, r.attempt)):
                 ref = LeaseRef(one.task_id, one.attempt, one.lease_token, session_id)
                 task = rows.get(one.task_id)
-                adopted = (
+                adopted = (  # rows of other scopes were not read
                     task is not None
-                    and task.scope == scope
                     and (queues is None or task.queue in queues)
                     and await sstore.task_adopt(
                         tx,
