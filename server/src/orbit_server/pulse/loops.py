@@ -41,7 +41,7 @@ async def recovery_loop(
             promoted = await worker.promote_due()
             admitted = await admissions.finish_stale()
         except Unavailable as exc:
-            log.debug("recovery pass skipped: database unavailable", reason=exc.message)
+            log_skipped(log, "recovery pass", exc)
             expired = promoted = admitted = 0
         if expired == 0 and promoted == 0 and admitted == 0:
             await asyncio.sleep(interval_s)
@@ -67,7 +67,7 @@ async def retention_loop(prune: Callable[[], Awaitable[int]], *, interval_s: flo
         try:
             removed = await prune()
         except Unavailable as exc:
-            log.debug("retention pass skipped: database unavailable", reason=exc.message)
+            log_skipped(log, "retention pass", exc)
             removed = 0
         if removed == 0:
             await asyncio.sleep(interval_s)
