@@ -4,9 +4,9 @@ path, body, query) and how they read the answers."""
 from __future__ import annotations
 
 import inspect
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import httpx2
@@ -14,6 +14,7 @@ import msgspec
 import pytest
 from fake_orbit import CONFIG, FakeOrbit, call_async, call_sync, ok
 
+import orbit_sdk._workflows as sdk_workflows
 from orbit_sdk import (
     AsyncClient,
     Client,
@@ -400,13 +401,17 @@ def test_wait_returns_a_terminal_instance_at_once(
     assert 4000 < int(fake.last.url.params["wait_ms"]) <= 5000
 
 
-def test_wait_raises_timeout_error_past_its_deadline(call: Callable[..., Any]) -> None:
+def test_wait_raises_timeout_error_past_its_deadline(
+    call: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [1000.0]  # the SDK's clock: moves only while the fake server holds a request
+    monkeypatch.setattr(sdk_workflows, "time", SimpleNamespace(monotonic=lambda: now[0]))
+
     def long_poll(request: httpx2.Request) -> httpx2.Response:
-        time.sleep(int(request.url.params["wait_ms"]) / 1000)  # the server holds the request
+        now[0] += int(request.url.params["wait_ms"]) / 1000  # the server holds the request
         return ok(instance_json(state="running"))
 
     fake = FakeOrbit(long_poll)
-    started = time.monotonic()
 
     with pytest.raises(TimeoutError, match=r"wf_01m8kr0a1b is still running after 0\.06 s"):
         call(
@@ -417,10 +422,9 @@ def test_wait_raises_timeout_error_past_its_deadline(call: Callable[..., Any]) -
             poll_ms=25,
         )
 
-    assert time.monotonic() - started >= 0.06
     waits = [int(r.url.params["wait_ms"]) for r in fake.requests]
-    assert len(waits) >= 2 and waits[0] == 25 and max(waits) <= 25
-    assert waits[-1] < 25  # the last poll only waits out what is left of the timeout
+    assert waits == [25, 25, 10]  # the last poll only waits out what is left of the timeout
+    assert now[0] == pytest.approx(1000.06)
 
 
 def test_a_zero_timeout_looks_once(call: Callable[..., Any]) -> None:
