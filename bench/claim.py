@@ -18,7 +18,6 @@ from bench.databases import Databases
 from orbit_server.clock import SystemClock
 from orbit_server.ids import new_id
 from orbit_server.pulse.model import TaskSpec, new_task
-from orbit_server.pulse.watch import TaskWatch
 from orbit_server.pulse.worker import Session, Want, WorkerService
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx, open_database
@@ -68,7 +67,7 @@ async def seed(db: Database, count: int) -> float:
 
 async def measure_claims(db: Database, measure: int, batch: int) -> tuple[float, float, int]:
     clock = SystemClock()
-    workers = WorkerService(db, clock, TaskWatch(), lease_ms=60_000)
+    workers = WorkerService(db, clock, lease_ms=60_000)
     session = Session("bench-session", "bench-node", "bench-worker")
     claim_s = work_s = 0.0
     claimed = 0

@@ -78,7 +78,8 @@ async def build_node(
     audit_writer = AuditWriter(clock)
     supervisor = Supervisor(settings.roles)
     watch = TaskWatch()
-    workers = WorkerService(db, clock, watch, lease_ms=settings.lease_ms)
+    watch.follow(db.bus)
+    workers = WorkerService(db, clock, lease_ms=settings.lease_ms)
     tasks = TaskService(
         db, clock, audit_writer, watch,
         default_timeout_ms=settings.task_timeout_ms, lease_ms=settings.lease_ms,

@@ -22,7 +22,7 @@ async def test_a_cancelled_stop_does_not_wait_for_a_stubborn_loop(
     db: Database, clock: FakeClock
 ) -> None:
     watch = TaskWatch()
-    dispatcher = Dispatcher(WorkerService(db, clock, watch, lease_ms=30_000), watch, Metrics(),
+    dispatcher = Dispatcher(WorkerService(db, clock, lease_ms=30_000), watch, Metrics(),
                             max_leases=10)  # fmt: skip
     release, cancelled = asyncio.Event(), asyncio.Event()
 

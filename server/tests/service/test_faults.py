@@ -28,6 +28,7 @@ class FaultyDatabase(Database):
     def __init__(self, real: Database) -> None:
         super().__init__(real.retry, real.unit_timeout_s)
         self.real = real
+        self.bus = real.bus  # the node's: what its units commit reaches the node's waiters
         self.dialect = real.dialect
         self.queries = real.queries
         self.lose_next_ack = False
@@ -69,7 +70,7 @@ class FaultyDatabase(Database):
 @pytest.fixture
 def faulty(node: Node) -> tuple[FaultyDatabase, WorkerService]:
     db = FaultyDatabase(node.db)
-    return db, WorkerService(db, node.clock, node.tasks._watch, lease_ms=node.settings.lease_ms)
+    return db, WorkerService(db, node.clock, lease_ms=node.settings.lease_ms)
 
 
 async def events(node: Node) -> Counter[str]:

@@ -25,6 +25,7 @@ import structlog
 
 from orbit_server.clock import Clock
 from orbit_server.ids import new_id
+from orbit_server.pulse.domain_events import KeysLeftToAdmit
 from orbit_server.pulse.effects import admit_keys
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
@@ -50,13 +51,15 @@ class KeyAdmissions:
         # None: never (SQLite has one writer at a time; nothing is gained by splitting).
         self.defer_over: int | None = None if db.dialect == "sqlite" else DEFER_OVER
         self._running: set[asyncio.Task[None]] = set()
+        db.bus.subscribe(KeysLeftToAdmit, lambda event: self.finish([event.note]))
 
     def defers(self, keys: int) -> bool:
         """Whether a submit with this many keys of one queue leaves them to ``finish``."""
         return self.defer_over is not None and keys > self.defer_over
 
     async def note(self, tx: Tx, scope: Scope, queue: str, keys: Sequence[str]) -> AdmissionNote:
-        """Record, in the submit's transaction, the keys it leaves to be admitted."""
+        """Record, in the submit's transaction, the keys it leaves to be admitted; the caller
+        publishes it as ``KeysLeftToAdmit``, on which :meth:`finish` runs after the commit."""
         now = self._clock.now()
         note = AdmissionNote(new_id("adm_"), scope, queue, tuple(sorted(set(keys))), now)
         await astore.admission_note_insert(tx, note.id, scope, queue, note.keys, now)

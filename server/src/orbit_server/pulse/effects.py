@@ -1,7 +1,8 @@
 """What every state change of a task writes besides the task row (decision 0003): the claim
 range it enters, the permits it gives back and its result event. Shared by the submitter-side
 and worker-side services so that every path does it the same way, in the transaction of the
-change.
+change. Each also records the domain event of what it did (:mod:`orbit_server.pulse.domain_events`),
+which the node hears of after the commit.
 
 A task with a concurrency key enters the claim range only by admission (decision 0004): the
 range holds, per key, at most as many of the key's pending tasks as the key has free permits,
@@ -14,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from orbit_server.ids import new_id
+from orbit_server.pulse.domain_events import RoomMade, TaskSettled, WorkCommitted
 from orbit_server.pulse.states import TaskState
 from orbit_server.scope import Scope
 from orbit_server.store import Tx
@@ -33,6 +35,7 @@ async def release_permits(tx: Tx, task: TaskRecord, now: datetime, *, waits_agai
     await store.queue_add_counts(
         tx, task.scope, task.queue, active=-1, pending=1 if waits_again else 0, now=now
     )
+    tx.publish(RoomMade(task.scope, task.queue))
 
 
 async def admit_key(tx: Tx, scope: Scope, queue: str, key: str, now: datetime) -> None:
@@ -86,7 +89,14 @@ async def admit_keys(
     wanted = {task_id for ids in heads.values() for task_id in ids}
     present = await lstore.ready_of_keys(tx, scope, queue, ordered)
     await lstore.ready_delete_many(tx, sorted(present - wanted))
-    await lstore.ready_insert_tasks(tx, sorted(wanted - present))
+    await _admit(tx, scope, queue, sorted(wanted - present))
+
+
+async def _admit(tx: Tx, scope: Scope, queue: str, task_ids: list[str]) -> None:
+    """Put tasks of one queue into the claim range."""
+    if task_ids:
+        await lstore.ready_insert_tasks(tx, task_ids)
+        tx.publish(WorkCommitted(scope, queue))
 
 
 async def _return_and_admit(
@@ -114,7 +124,7 @@ async def _return_and_admit(
         if state.admitted_first is not None:
             present.add(state.admitted_first)
     await lstore.ready_delete_many(tx, sorted(present - wanted))
-    await lstore.ready_insert_tasks(tx, sorted(wanted - present))
+    await _admit(tx, scope, queue, sorted(wanted - present))
     return rest
 
 
@@ -128,6 +138,7 @@ async def make_claimable(tx: Tx, task: TaskRecord, *, now: datetime) -> None:
     if task.gate_id is not None and not (await lstore.gates_open(tx, [task.gate_id]))[task.gate_id]:
         return
     await store.task_ready_insert(tx, task)
+    tx.publish(WorkCommitted(task.scope, task.queue))
 
 
 async def emit_result(tx: Tx, task: TaskRecord, state: TaskState, now: datetime) -> None:
@@ -148,3 +159,4 @@ async def emit_result(tx: Tx, task: TaskRecord, state: TaskState, now: datetime)
     )
     if not written:  # the task row is locked by the caller, so this cannot be a race
         raise RuntimeError(f"result event {task.event_seq + 1} of task {task.id} exists already")
+    tx.publish(TaskSettled(task.id))

@@ -8,6 +8,7 @@ from collections import defaultdict
 from orbit_server.clock import Clock
 from orbit_server.errors import NotFound
 from orbit_server.ids import new_id
+from orbit_server.pulse.domain_events import WorkCommitted
 from orbit_server.pulse.effects import admit_keys
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
@@ -48,7 +49,9 @@ class GateService:
         now = self._clock.now()
         await lstore.gate_set(tx, scope, gate_id, open_=open_, now=now)
         if before.open != open_:
-            await lstore.gate_park(tx, gate_id, open_=open_)
+            if await lstore.gate_park(tx, gate_id, open_=open_) and open_:
+                for queue_scope, queue in await lstore.gate_pending_queues(tx, gate_id):
+                    tx.publish(WorkCommitted(queue_scope, queue))  # claimable again
             # Tasks with a concurrency key enter and leave through their key's admission.
             by_queue: dict[tuple[Scope, str], list[str]] = defaultdict(list)
             for key_scope, queue, key in await lstore.gate_pending_keys(tx, gate_id):

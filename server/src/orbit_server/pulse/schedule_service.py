@@ -39,7 +39,6 @@ from orbit_server.pulse.service import TaskService
 from orbit_server.scope import Scope
 from orbit_server.store import Database, DuplicateKey, Tx
 from orbit_server.store import schedules as sstore
-from orbit_server.store.admissions import AdmissionNote
 from orbit_server.store.schedules import BackfillRecord, FireRecord, Position, ScheduleRecord
 
 RECENT = 10
@@ -311,14 +310,12 @@ class ScheduleService:
     async def trigger(self, scope: Scope, name: str, *, actor: Actor) -> FireRecord:
         """Fire now, whatever the overlap policy and even while paused; the fire counts as the
         schedule's latest for later overlap decisions."""
-        notes: list[AdmissionNote] = []
 
-        async def unit(tx: Tx) -> tuple[FireRecord, Any]:
-            notes.clear()
+        async def unit(tx: Tx) -> FireRecord:
             s = await self._find(tx, scope, name, lock=True)
             now = self._clock.now()
             task = self._tasks.build(scope, [task_spec(s.task, Owner("schedule", s.id))], now)
-            submitted = await self._tasks.create_in(tx, scope, task, now, notes)
+            await self._tasks.create_in(tx, scope, task, now)
             fire = FireRecord(
                 schedule_id=s.id, fire_at=now, planned=False, scope=scope, schedule=s.name,
                 outcome=str(Outcome.FIRED), cause=str(Cause.TRIGGER), task_id=task[0].id,
@@ -333,11 +330,9 @@ class ScheduleService:
                 tx, scope=scope, actor=actor, action="schedule.trigger", target_kind="schedule",
                 target_id=name, details={"task_id": task[0].id},
             )  # fmt: skip
-            return fire, submitted
+            return fire
 
-        fire, submitted = await self._db.run(unit)
-        await self._tasks.announce(scope, submitted, notes)
-        return fire
+        return await self._db.run(unit)
 
     async def backfill(
         self,

@@ -49,7 +49,6 @@ from orbit_server.scope import Scope
 from orbit_server.store import Database, DuplicateKey, Tx
 from orbit_server.store import pulse as store
 from orbit_server.store import schedules as sstore
-from orbit_server.store.admissions import AdmissionNote
 from orbit_server.store.pulse import TaskRecord
 from orbit_server.store.schedules import BackfillRecord, FireRecord, Position, ScheduleRecord
 
@@ -65,8 +64,6 @@ UNSETTLED = (TaskState.SCHEDULED, TaskState.PENDING, TaskState.LEASED, TaskState
 INTERNAL_FAILURE = (
     "the scheduler failed to fire it (an internal error; the server log has the cause)"
 )
-
-Created = list[tuple[Scope, list[Submitted], list[AdmissionNote]]]
 
 
 @dataclass(slots=True)
@@ -88,6 +85,14 @@ class _Fire:
     cause: Cause
     update: bool  # the slot may have a ledger row already (queued, or recorded and backfilled)
     task_id: str = ""
+
+
+class _StepFailed(Exception):
+    """A backfill's step raised: that backfill fails, and the pass rolls back."""
+
+    def __init__(self, backfill: BackfillRecord) -> None:
+        super().__init__(backfill.id)
+        self.backfill = backfill
 
 
 class Scheduler:
@@ -191,20 +196,16 @@ class Scheduler:
     async def _run_due(
         self, *, careful: bool, limit: int, seen: list[ScheduleRecord] | None = None
     ) -> PassReport:
-        report = PassReport()
-        created: Created = []
-        fired_at: list[datetime] = []
 
-        async def unit(tx: Tx) -> None:
-            report.handled, report.outcomes = 0, Counter()
-            created.clear()
-            fired_at.clear()
+        async def unit(tx: Tx) -> tuple[PassReport, list[datetime]]:
+            report = PassReport()
+            fired_at: list[datetime] = []
             now = self._clock.now()
             schedules = await sstore.schedules_due_lock(tx, now, limit=limit)
             if seen is not None:
                 seen[:] = schedules
             if not schedules:
-                return
+                return report, fired_at
             watched = [t for s in schedules if (t := _watched(s)) is not None]
             running = set(await store.tasks_in_states(tx, watched, UNSETTLED)) if watched else set()
             plans: list[tuple[ScheduleRecord, Plan]] = []
@@ -258,14 +259,13 @@ class Scheduler:
                 for p in positions
             ]
             await sstore.schedules_advance(tx, positions, now)
-            created.extend(await self._create_tasks(tx, built, now))
+            await self._create_tasks(tx, built, now)
             report.handled = len(schedules)
+            return report, fired_at
 
-        await self._db.run(unit)
+        report, fired_at = await self._db.run(unit)
         committed = self._clock.now()
         report.lags = [(committed - fire_at).total_seconds() for fire_at in fired_at]
-        for scope, submitted, notes in created:
-            await self._tasks.announce(scope, submitted, notes)
         return report
 
     def _plan(self, s: ScheduleRecord, now: datetime, *, previous_running: bool) -> Plan:
@@ -294,12 +294,10 @@ class Scheduler:
 
     async def _create_tasks(
         self, tx: Tx, built: dict[Scope, list[TaskRecord]], now: datetime
-    ) -> Created:
-        created: Created = []
+    ) -> list[Submitted]:
+        created: list[Submitted] = []
         for scope in sorted(built):  # one creation per scope, in a fixed order
-            notes: list[AdmissionNote] = []
-            submitted = await self._tasks.create_in(tx, scope, built[scope], now, notes)
-            created.append((scope, submitted, notes))
+            created += await self._tasks.create_in(tx, scope, built[scope], now)
         return created
 
     # -- backfills -----------------------------------------------------------------------------
@@ -309,38 +307,31 @@ class Scheduler:
         whose queue has room: up to ``backfill_budget`` slots from its cursor (fewer when the
         queue has less room); slots with a task are left alone. ``handled`` is 0 when no
         backfill could take a step."""
-        report = PassReport()
-        created: Created = []
-        stepping: list[BackfillRecord] = []
 
-        async def unit(tx: Tx) -> None:
-            report.handled, report.outcomes = 0, Counter()
-            created.clear()
+        async def unit(tx: Tx) -> PassReport:
+            report = PassReport()
             now = self._clock.now()
             for backfill in await sstore.backfills_running_lock(tx, limit=BACKFILL_CANDIDATES):
-                stepping[:] = [backfill]
-                fired = await self._step(tx, backfill, now, created)
+                try:
+                    fired = await self._step(tx, backfill, now)
+                except TransientError:
+                    raise
+                except Exception as exc:
+                    raise _StepFailed(backfill) from exc
                 if fired is not None:
                     report.handled = 1
                     report.outcomes[str(Outcome.FIRED)] += fired
-                    return
-            stepping.clear()
+                    break
+            return report
 
         try:
-            await self._db.run(unit)
-        except TransientError:
-            raise
-        except Exception:
-            if not stepping:
-                raise
-            failed = stepping[0]
-            log.exception("backfill cannot be stepped; it fails", schedule=failed.schedule,
-                          backfill=failed.id)  # fmt: skip
+            return await self._db.run(unit)
+        except _StepFailed as exc:
+            failed = exc.backfill
+            log.error("backfill cannot be stepped; it fails", schedule=failed.schedule,
+                      backfill=failed.id, exc_info=exc.__cause__)  # fmt: skip
             await self._fail_backfill(failed, INTERNAL_FAILURE)
             return PassReport(handled=1)
-        for scope, submitted, notes in created:
-            await self._tasks.announce(scope, submitted, notes)
-        return report
 
     async def _fail_backfill(self, failed: BackfillRecord, failure: str) -> None:
         async def unit(tx: Tx) -> None:
@@ -351,9 +342,7 @@ class Scheduler:
 
         await self._db.run(unit)
 
-    async def _step(
-        self, tx: Tx, backfill: BackfillRecord, now: datetime, created: Created
-    ) -> int | None:
+    async def _step(self, tx: Tx, backfill: BackfillRecord, now: datetime) -> int | None:
         """One step of ``backfill``: how many slots it fired, or None when its queue has no
         room (nothing written)."""
         s = await sstore.schedule_lock_by_id(tx, backfill.schedule_id)
@@ -413,7 +402,7 @@ class Scheduler:
         if len(slots) < budget:
             progressed = _finished(progressed, "done", now)
         await sstore.backfill_update(tx, progressed)
-        created.extend(await self._create_tasks(tx, built, now))
+        await self._create_tasks(tx, built, now)
         return len(firing)
 
     # -- the time index ------------------------------------------------------------------------

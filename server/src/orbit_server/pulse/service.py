@@ -21,6 +21,7 @@ from orbit_server.errors import IdempotencyConflict, NotFound, QueueFull, StateC
 from orbit_server.ids import new_id, new_token
 from orbit_server.pulse.admission import KeyAdmissions
 from orbit_server.pulse.direct import DirectDispatch, Reservation
+from orbit_server.pulse.domain_events import CancelRequested, KeysLeftToAdmit, WorkCommitted
 from orbit_server.pulse.effects import (
     admit_key,
     admit_keys,
@@ -36,7 +37,6 @@ from orbit_server.scope import Scope
 from orbit_server.store import Database, DuplicateKey, Tx
 from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
-from orbit_server.store.admissions import AdmissionNote
 from orbit_server.store.pulse import AttemptRecord, QueueRecord, TaskRecord
 
 SETTLED = frozenset({"succeeded", "failed", "cancelled", "needs_review"})
@@ -101,18 +101,12 @@ class TaskService:
         if reservation is not None:
             leased = await self._submit_leased(scope, tasks[0], reservation, now)
             if leased is not None:
-                self._watch.notify(leased.id)
                 return [Submitted(leased, created=True)]
 
-        notes: list[AdmissionNote] = []
-
         async def unit(tx: Tx) -> list[Submitted]:
-            notes.clear()  # a unit run again writes its notes again
-            return await self.create_in(tx, scope, tasks, now, notes)
+            return await self.create_in(tx, scope, tasks, now)
 
-        submitted = await self._db.run(unit)
-        await self.announce(scope, submitted, notes)
-        return submitted
+        return await self._db.run(unit)
 
     def build(self, scope: Scope, specs: Sequence[TaskSpec], now: datetime) -> list[TaskRecord]:
         """The tasks ``specs`` ask for, each with a new id, as of ``now``."""
@@ -126,24 +120,6 @@ class TaskService:
             )
             for spec in specs
         ]
-
-    async def announce(
-        self, scope: Scope, submitted: Sequence[Submitted], notes: Sequence[AdmissionNote]
-    ) -> None:
-        """After the commit of :meth:`create_in`: admit the keys it left to admit (decision
-        0012) and wake the node's dispatch and waiters."""
-        await self.admissions.finish(list(notes))
-        for queue in {item.task.queue for item in submitted if item.created}:
-            self._watch.notify_queue(scope, queue, work=True)
-        for item in submitted:
-            if item.created:
-                self._watch.notify(item.task.id)
-
-    def wake_queues(self, scope: Scope, queues: Sequence[str]) -> None:
-        """After a commit that made tasks of these queues claimable without creating them (a
-        gate reopened): wake the node's dispatch for them at once."""
-        for queue in queues:
-            self._watch.notify_queue(scope, queue, work=True)
 
     def _reserve(
         self, scope: Scope, tasks: Sequence[TaskRecord], now: datetime
@@ -203,12 +179,11 @@ class TaskService:
         scope: Scope,
         tasks: list[TaskRecord],
         now: datetime,
-        notes: list[AdmissionNote],
     ) -> list[Submitted]:
         """Create (or replay) ``tasks`` of one scope in the caller's transaction — a submit's,
         or another use case's that makes tasks with its own change (schedules, workflows).
-        Admission notes for keys admitted after the commit go to ``notes``; after the commit,
-        the caller passes them and the answer to :meth:`announce`."""
+        The keys of a large submit are admitted after its commit (decision 0012), on the
+        ``KeysLeftToAdmit`` event it records."""
         results: list[Submitted | None] = [None] * len(tasks)
         first_of_key: dict[str, int] = {}
         repeats: dict[int, int] = {}  # a key used twice in one batch: index -> first index
@@ -270,10 +245,12 @@ class TaskService:
             if t.concurrency_key is None and (t.gate_id is None or gates.get(t.gate_id, False))
         ]
         await store.task_ready_insert_many(tx, ready)
+        for name in sorted({t.queue for t in ready}):
+            tx.publish(WorkCommitted(scope, name))
         for name in sorted({name for name, _ in keys}):  # once per key however many came
             of_queue = [key for q, key in keys if q == name]
             if self.admissions.defers(len(of_queue)):  # after the commit (decision 0012)
-                notes.append(await self.admissions.note(tx, scope, name, of_queue))
+                tx.publish(KeysLeftToAdmit(await self.admissions.note(tx, scope, name, of_queue)))
             else:
                 await admit_keys(tx, scope, name, of_queue, now)
         # The queues' rows last (decision 0006): locked for the waiting-tasks quota and counted
@@ -410,15 +387,7 @@ class TaskService:
         async def unit(tx: Tx) -> TaskRecord:
             return await self.cancel_in(tx, scope, task_id, reason=reason, actor=actor)
 
-        task = await self._db.run(unit)
-        self.after_cancel(task)
-        return task
-
-    def after_cancel(self, task: TaskRecord) -> None:
-        """After the commit of :meth:`cancel_in`: wake the task's waiters and its worker."""
-        self._watch.notify(task.id)
-        if task.state == TaskState.RUNNING and task.cancel_requested:
-            self._watch.notify_cancel_requested(task.id, task.cancel_reason)
+        return await self._db.run(unit)
 
     async def cancel_in(
         self,
@@ -430,9 +399,8 @@ class TaskService:
         actor: Actor,
         audit: bool = True,
     ) -> TaskRecord:
-        """:meth:`cancel` in the caller's transaction (a workflow's cancel); after the commit,
-        the caller passes the answer to :meth:`after_cancel`. ``audit`` False: background work
-        (which the audit log leaves out) or a change its caller audits."""
+        """:meth:`cancel` in the caller's transaction (a workflow's cancel). ``audit`` False:
+        background work (which the audit log leaves out) or a change its caller audits."""
         now = self._clock.now()
         seen = await store.task_get(tx, scope, task_id)
         if seen is None:
@@ -447,6 +415,7 @@ class TaskService:
             return task  # already cancelled or asked: nothing more to do or to audit
         if state is TaskState.RUNNING:
             await store.task_request_cancel(tx, task.id, reason, now)
+            tx.publish(CancelRequested(task.id, reason))
         else:
             try:
                 decision = decide(state, Event.CANCEL)
@@ -521,10 +490,7 @@ class TaskService:
             )  # fmt: skip
             return reopened
 
-        task = await self._db.run(unit)
-        self._watch.notify(task.id)
-        self._watch.notify_queue(scope, task.queue)
-        return task
+        return await self._db.run(unit)
 
     async def resolve(
         self,
@@ -543,9 +509,7 @@ class TaskService:
                 tx, scope, task_id, succeeded=succeeded, result=result, error=error, actor=actor
             )
 
-        task = await self._db.run(unit)
-        self._watch.notify(task.id)
-        return task
+        return await self._db.run(unit)
 
     async def resolve_in(
         self,

@@ -13,7 +13,9 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
 
+from orbit_server.pulse.domain_events import CancelRequested, RoomMade, TaskSettled, WorkCommitted
 from orbit_server.scope import Scope
+from orbit_server.store.events import EventBus
 
 
 class TaskWatch:
@@ -24,8 +26,15 @@ class TaskWatch:
         self._queues: dict[tuple[Scope, str], asyncio.Event] = {}
         self._work: set[tuple[Scope, str]] = set()  # queues known to have new claimable work
         self._cancel_listeners: list[Callable[[str, str | None], None]] = []
-        # Set whenever a task changed here; the consumers of result events wait on it.
+        # Set whenever a task settled here; the consumers of result events wait on it.
         self.settled = asyncio.Event()
+
+    def follow(self, bus: EventBus) -> None:
+        """Wake this node's waiters on the events its units commit."""
+        bus.subscribe(WorkCommitted, lambda e: self.notify_queue(e.scope, e.queue, work=True))
+        bus.subscribe(RoomMade, lambda e: self.notify_queue(e.scope, e.queue))
+        bus.subscribe(TaskSettled, lambda e: self.notify(e.task_id))
+        bus.subscribe(CancelRequested, lambda e: self.notify_cancel_requested(e.task_id, e.reason))
 
     @contextlib.contextmanager
     def watching(self, task_id: str) -> Iterator[asyncio.Event]:
@@ -48,6 +57,7 @@ class TaskWatch:
         return list(self._waiters)
 
     def notify(self, task_id: str) -> None:
+        """``task_id`` settled (here, or found settled by a read)."""
         self.settled.set()
         for event in self._waiters.get(task_id, ()):
             event.set()

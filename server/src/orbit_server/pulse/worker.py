@@ -16,6 +16,7 @@ from typing import Any
 
 from orbit_server.clock import Clock
 from orbit_server.pulse import claims
+from orbit_server.pulse.domain_events import RoomMade, TaskSettled
 from orbit_server.pulse.effects import admit_keys, emit_result, make_claimable, release_permits
 from orbit_server.pulse.leasing import (
     ClaimRequest,
@@ -41,7 +42,6 @@ from orbit_server.pulse.states import (
     honour_cancel,
     lease_lost_event,
 )
-from orbit_server.pulse.watch import TaskWatch
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
 from orbit_server.store import leases as lstore
@@ -106,10 +106,9 @@ def _expired(task: TaskRecord | lstore.LockedTask, now: datetime) -> bool:
 
 
 class WorkerService:
-    def __init__(self, db: Database, clock: Clock, watch: TaskWatch, *, lease_ms: int) -> None:
+    def __init__(self, db: Database, clock: Clock, *, lease_ms: int) -> None:
         self._db = db
         self._clock = clock
-        self._watch = watch
         self._lease = timedelta(milliseconds=lease_ms)
         self._claims = claims.Claims(db, clock, lease=self._lease)
 
@@ -151,10 +150,7 @@ class WorkerService:
                     answers[i] = await self._start_one(tx, ref, now)
             return [answers[i] for i in range(len(refs))]
 
-        answers = await self._db.run(unit)
-        for ref in refs:
-            self._watch.notify(ref.task_id)
-        return answers
+        return await self._db.run(unit)
 
     async def _start_together(
         self, tx: Tx, refs: Sequence[LeaseRef], now: datetime
@@ -289,13 +285,11 @@ class WorkerService:
         if not reports:
             return []
 
-        queues: set[tuple[Scope, str]] = set()
         freeing: list[asyncio.Future[None]] = []
 
         async def unit(tx: Tx) -> list[Outcome]:
             now = self._clock.now()
             rows = await lstore.tasks_lock_many(tx, [r.ref.task_id for r in reports])
-            queues.update((t.scope, t.queue) for t in rows.values())
             locked: list[lstore.LockedTask | None] = []
             for report in reports:  # fenced: the row only if this lease still holds it
                 task = rows.get(report.ref.task_id)
@@ -329,15 +323,10 @@ class WorkerService:
             return outcomes
 
         try:
-            outcomes = await self._db.run(unit)
+            return await self._db.run(unit)
         finally:
             for ended in freeing:
                 self._claims.results_ended(ended)
-        for report in reports:
-            self._watch.notify(report.ref.task_id)
-        for scope, queue in queues:  # room under a limit, a key's next task admitted
-            self._watch.notify_queue(scope, queue)
-        return outcomes
 
     async def _succeed_together(
         self,
@@ -392,6 +381,9 @@ class WorkerService:
             await admit_keys(tx, scope, queue, counts, now, returned=counts)
         for (scope, queue), count in sorted(per_queue.items()):
             await store.queue_add_counts(tx, scope, queue, active=-count, now=now)
+            tx.publish(RoomMade(scope, queue))
+        for task in tasks:
+            tx.publish(TaskSettled(task.id))
         return set(picked)
 
     async def _report_locked(
@@ -521,12 +513,9 @@ class WorkerService:
         """One bounded pass over leases that ended: unstarted work returns to pending, started
         idempotent work retries (or fails), started unsafe work goes to needs_review (P4)."""
 
-        queues: set[tuple[Scope, str]] = set()
-
-        async def unit(tx: Tx) -> list[str]:
+        async def unit(tx: Tx) -> int:
             now = self._clock.now()
-            handled = []
-            queues.clear()
+            handled = 0
             for task_id, scope in await lstore.leases_expired(tx, now, limit=limit):
                 task = await store.task_get(tx, scope, task_id, lock=True)
                 if task is None or task.lease_expires_at is None or task.lease_expires_at > now:
@@ -552,27 +541,17 @@ class WorkerService:
                     await self._end_running(tx, task, event, now, error=error, cause=cause)
                 else:
                     continue
-                handled.append(task_id)
-                queues.add((scope, task.queue))
+                handled += 1
             return handled
 
-        handled = await self._db.run(unit)
-        for task_id in handled:
-            self._watch.notify(task_id)
-        for scope, queue in queues:
-            self._watch.notify_queue(scope, queue)
-        return len(handled)
+        return await self._db.run(unit)
 
     async def promote_due(self, *, limit: int = 500) -> int:
         """Move scheduled tasks whose time has come into the claim range."""
 
-        queues: set[tuple[Scope, str]] = set()
-
         async def unit(tx: Tx) -> int:
             now = self._clock.now()
             due = await lstore.scheduled_due(tx, now, limit=limit)
-            queues.clear()
-            queues.update((t.scope, t.queue) for t in due)
             if not due:
                 return 0
             await lstore.tasks_set_pending_many(tx, [t.id for t in due], now)
@@ -586,7 +565,4 @@ class WorkerService:
                 await admit_keys(tx, scope, queue, of_queue, now)
             return len(due)
 
-        promoted = await self._db.run(unit)
-        for scope, queue in queues:
-            self._watch.notify_queue(scope, queue, work=True)
-        return promoted
+        return await self._db.run(unit)

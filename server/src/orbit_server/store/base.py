@@ -8,6 +8,9 @@ transaction, runs the unit, commits, and retries the *whole unit* on transient c
 * the unit's own exceptions propagate after a rollback;
 * :class:`~orbit_server.errors.DatabaseUnavailable` — nothing was committed;
 * :class:`~orbit_server.errors.CommitOutcomeUnknown` — COMMIT was sent but not confirmed.
+
+Domain events the unit records with :meth:`Tx.publish` reach the node's :class:`EventBus` after
+the COMMIT of the run that made them, and never from a run that rolled back.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import msgspec
 import structlog
 
 from orbit_server.errors import DatabaseBusy, DatabaseUnavailable
+from orbit_server.store.events import EventBus
 from orbit_server.store.sql import Dialect, QueryBook
 
 log = structlog.get_logger("orbit.store")
@@ -51,6 +55,14 @@ class Tx(Protocol):
 
     @property
     def dialect(self) -> Dialect: ...
+
+    events: list[object]
+    """The domain events recorded by this run of the unit, in order."""
+
+    def publish(self, event: object) -> None:
+        """Record a domain event, delivered to the node's bus after COMMIT (never on rollback
+        or when the unit is run again)."""
+        ...
 
     async def fetch_all(self, query: str, params: Params | None = None) -> list[Row]: ...
 
@@ -142,6 +154,7 @@ class Database(abc.ABC):
         self.retry = retry or RetryPolicy()
         self.unit_timeout_s = unit_timeout_s
         self.availability = Availability()
+        self.bus = EventBus()
 
     async def run(self, unit: Unit[T], *, write: bool = True, timeout_s: float | None = None) -> T:
         """Run ``unit`` in one transaction and commit; retry it whole on transient conflicts.
@@ -150,11 +163,19 @@ class Database(abc.ABC):
         overruns is abandoned and rolled back (503), a COMMIT that overruns is an unknown outcome.
         """
         limit_s = self.unit_timeout_s if timeout_s is None else timeout_s
+        events: list[object] = []
+
+        async def recording(tx: Tx) -> T:
+            nonlocal events
+            result = await unit(tx)
+            events = tx.events  # this run's: an earlier run's never reach the bus
+            return result
+
         attempt = 0
         while True:
             attempt += 1
             try:
-                result = await self._run_once(unit, write=write, timeout_s=limit_s)
+                result = await self._run_once(recording, write=write, timeout_s=limit_s)
             except DatabaseUnavailable as exc:
                 self.availability.failed(exc)
                 raise
@@ -171,6 +192,8 @@ class Database(abc.ABC):
                 await asyncio.sleep(self.retry.delay(attempt))
             else:
                 self.availability.answered()
+                if events:
+                    await self.bus.deliver(events)
                 return result
 
     def read(self, unit: Unit[T]) -> Awaitable[T]:

@@ -385,6 +385,12 @@ async def gate_pending_keys(tx: Tx, gate_id: str) -> list[tuple[Scope, str, str]
     )
 
 
+async def gate_pending_queues(tx: Tx, gate_id: str) -> list[tuple[Scope, str]]:
+    """(scope, queue) of the pending tasks without a concurrency key behind a gate."""
+    rows = await tx.fetch_all("gate_pending_queues", {"gate_id": gate_id})
+    return sorted((Scope(str(r["tenant"]), str(r["environment"])), str(r["queue"])) for r in rows)
+
+
 async def ready_exists(tx: Tx, scope: Scope, queue: str) -> bool:
     """Whether a queue has any row in the claim range (one index seek, no locks)."""
     return await tx.fetch_one("ready_exists", {**_scope(scope), "queue": queue}) is not None

@@ -140,6 +140,10 @@ class MySQLTx:
     def __init__(self, conn: Connection, queries: QueryBook) -> None:
         self._conn = conn
         self._queries = queries
+        self.events: list[object] = []
+
+    def publish(self, event: object) -> None:
+        self.events.append(event)
 
     async def _cursor_call(self, use: Callable[[Any], Awaitable[T]]) -> T:
         cursor: Any = self._conn.cursor(DictCursor)

@@ -84,6 +84,10 @@ class SQLiteTx:
     def __init__(self, conn: sqlite3.Connection, queries: QueryBook) -> None:
         self._conn = conn
         self._queries = queries
+        self.events: list[object] = []
+
+    def publish(self, event: object) -> None:
+        self.events.append(event)
 
     def _execute(
         self, sql: str, args: tuple[Any, ...] | Sequence[tuple[Any, ...]], many: bool

@@ -15,6 +15,7 @@ included); the one that would pass it fails the instance, ``step_limit_exceeded`
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -23,11 +24,10 @@ from typing import Any
 from orbit_server.audit import Actor
 from orbit_server.errors import StateConflict
 from orbit_server.pulse.model import Owner
-from orbit_server.pulse.service import Submitted, TaskService
+from orbit_server.pulse.service import TaskService
 from orbit_server.scope import Scope
 from orbit_server.store import Tx
 from orbit_server.store import weave as store
-from orbit_server.store.admissions import AdmissionNote
 from orbit_server.store.base import chunks
 from orbit_server.store.pulse import TaskRecord
 from orbit_server.store.weave import StepRecord, WorkflowRecord
@@ -102,16 +102,12 @@ class Advance:
         self._dirty: set[str] = set()
         self._items: dict[str, Any] = {}
         self._new_tasks: list[TaskRecord] = []
-        self.cancelled: list[TaskRecord] = []  # for TaskService.after_cancel after the commit
-        self.submitted: list[Submitted] = []
-        self.notes: list[AdmissionNote] = []
         self._entered = 0
         self.changed = False
         self.writes = 0  # rows written: step executions created or changed, tasks created
         self.review_changed = False  # a step entered or left needs_review
         self.audit = False  # audit an operator's call that changed no row of its own
         self.new_instance = False  # its row is inserted by the flush (a start)
-        self.wake_queues: set[str] = set()  # queues whose tasks the commit made claimable
         self.was_finished = workflow.state in FINISHED  # as it was locked
         self.max_params_bytes = max_params_bytes
         # Set when the instance's new tasks met a full queue: those that do not fit in
@@ -634,13 +630,10 @@ class Advance:
             self._new_tasks.remove(unborn[0])
             self.put(row, task_id=None)
             return
-        try:
-            task = await self._tasks.cancel_in(
+        with contextlib.suppress(StateConflict):  # it ended meanwhile: its result event
+            await self._tasks.cancel_in(  # finds the execution ended
                 self.tx, self.wf.scope, row.task_id, reason=reason, actor=SYSTEM, audit=False
             )
-        except StateConflict:
-            return  # it ended meanwhile; its result event finds the execution ended
-        self.cancelled.append(task)
 
     def _descends(self, row: StepRecord, ancestor: str) -> bool:
         parent = row.parent_key
@@ -685,16 +678,10 @@ async def flush_all(tx: Tx, tasks: TaskService, advances: Sequence[Advance]) -> 
             by_scope.setdefault(advance.wf.scope, []).append(advance)
     for scope, group in by_scope.items():
         new_tasks = [t for a in group for t in a._new_tasks]
-        notes: list[AdmissionNote] = []
-        submitted = await tasks.create_in(tx, scope, new_tasks, group[0].now, notes)
-        at = 0
+        await tasks.create_in(tx, scope, new_tasks, group[0].now)
         for advance in group:
-            count = len(advance._new_tasks)
-            advance.writes += count
-            advance.submitted = submitted[at : at + count]
-            at += count
+            advance.writes += len(advance._new_tasks)
             advance._new_tasks = []
-        group[0].notes = notes  # announced once, with the first of the scope
     changed = [a for a in advances if a.changed or a.new_instance]
     for advance in changed:
         state = advance.wf.state

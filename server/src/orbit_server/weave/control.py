@@ -69,7 +69,6 @@ class Control:
             if not advance.paused:
                 raise StateConflict(f"a {advance.wf.state} workflow cannot be resumed")
             await self._gates.set_open_in(advance.tx, scope, advance.wf.gate_id, open_=True)
-            advance.wake_queues |= advance.definition.queues  # held tasks are claimable again
             _steer(advance, WorkflowState.RUNNING)
             await store.workflow_steps_rearm(advance.tx, workflow_id)
             for row in await store.workflow_steps_unfollowed(advance.tx, workflow_id):

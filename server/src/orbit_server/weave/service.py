@@ -32,7 +32,6 @@ from orbit_server.pulse.service import TaskService
 from orbit_server.scope import Scope
 from orbit_server.store import Database, DuplicateKey, Tx
 from orbit_server.store import weave as store
-from orbit_server.store.pulse import TaskRecord
 from orbit_server.store.weave import DefinitionRecord, SignalRecord, StepRecord, WorkflowRecord
 from orbit_server.weave.advance import SYSTEM, Advance, flush_all
 from orbit_server.weave.control import Control
@@ -258,7 +257,7 @@ class WorkflowService(Control):
         details: dict[str, Any] | None = None,
     ) -> tuple[T, WorkflowRecord]:
         """Lock an instance, let ``act`` change it through an :class:`Advance`, write, audit
-        (when ``action`` is given) and commit; then announce its tasks."""
+        (when ``action`` is given) and commit."""
 
         async def unit(tx: Tx) -> tuple[T, Advance]:
             workflow = await store.workflow_lock(tx, workflow_id)
@@ -336,10 +335,8 @@ class WorkflowService(Control):
     ) -> None:
         """End an instance ``failed`` without its definition (the way out for one that cannot
         advance): its running step tasks are cancelled, its active executions too."""
-        cancelled: list[TaskRecord] = []
 
         async def unit(tx: Tx) -> None:
-            cancelled.clear()
             if before is not None:
                 await before(tx)
             found = await store.workflows_lock_many(tx, [workflow_id])
@@ -350,10 +347,10 @@ class WorkflowService(Control):
             for row in rows:
                 if row.task_id is not None and row.state == StepState.RUNNING:
                     with contextlib.suppress(StateConflict, NotFound):
-                        cancelled.append(await self._tasks.cancel_in(
+                        await self._tasks.cancel_in(
                             tx, found[0].scope, row.task_id, reason="the workflow failed",
                             actor=SYSTEM, audit=False,
-                        ))  # fmt: skip
+                        )  # fmt: skip
             await store.workflow_steps_update_many(tx, [
                 replace(r, state=str(StepState.CANCELLED), ended_at=now, due_at=None,
                         wake_at=None, followed=True, updated_at=now)
@@ -365,20 +362,13 @@ class WorkflowService(Control):
             )])  # fmt: skip
 
         await self._db.run(unit)
-        for task in cancelled:
-            self._tasks.after_cancel(task)
         for event in self._finished.get(workflow_id, ()):
             event.set()
 
     async def after(self, advances: Sequence[Advance]) -> None:
-        """After the commit of ``advances``: report them, announce their new tasks, wake
-        cancelled work and waiters."""
+        """After the commit of ``advances``: report them, wake the instances' waiters."""
         self.observe(advances)
         for advance in advances:
-            await self._tasks.announce(advance.wf.scope, advance.submitted, advance.notes)
-            self._tasks.wake_queues(advance.wf.scope, sorted(advance.wake_queues))
-            for task in advance.cancelled:
-                self._tasks.after_cancel(task)
             if advance.wf.state in FINISHED:
                 for event in self._finished.get(advance.wf.id, ()):
                     event.set()

@@ -102,6 +102,10 @@ SELECT id, tenant, environment, queue, type, priority, run_at, COALESCE(fairness
 SELECT DISTINCT tenant, environment, queue, concurrency_key FROM tasks
  WHERE pending_gate = :gate_id AND state = 'pending' AND concurrency_key IS NOT NULL
 
+-- name: gate_pending_queues
+SELECT DISTINCT tenant, environment, queue FROM tasks
+ WHERE pending_gate = :gate_id AND state = 'pending' AND concurrency_key IS NULL
+
 -- name: queue_pending_keys
 SELECT DISTINCT pending_key AS concurrency_key FROM tasks
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue
