@@ -69,7 +69,9 @@ async def events(node: Node) -> Counter[str]:
     "attempt_get",
     "task_lock_fenced",
     "task_set_running",
-    "task_finish",
+    "tasks_finish",
+    "attempts_update_many",
+    "task_event_seqs_advance",
 )
 async def test_claim_start_complete_with_counters_attempts_and_event(node: Node) -> None:
     [task_id] = await submit(node, params={"n": 1})
@@ -227,7 +229,7 @@ async def test_cancelling_leased_work_frees_its_permits_and_fences_the_holder(no
     assert permit == 0
 
 
-@pytest.mark.covers("task_return_pending")
+@pytest.mark.covers("tasks_return_pending")
 async def test_release_returns_unstarted_work_without_an_attempt(node: Node) -> None:
     [task_id] = await submit(node)
     [lease] = await claim(node)
@@ -428,7 +430,7 @@ async def make_needs_review(node: Node, clock: FakeClock) -> str:
     return task_id
 
 
-@pytest.mark.covers("task_resolve")
+@pytest.mark.covers("tasks_resolve")
 async def test_operators_resolve_needs_review(node: Node, clock: FakeClock) -> None:
     ok_id = await make_needs_review(node, clock)
     resolved = await node.tasks.resolve(
@@ -448,7 +450,7 @@ async def test_operators_resolve_needs_review(node: Node, clock: FakeClock) -> N
         await node.tasks.resolve(SCOPE, ok_id, succeeded=True, result=None, error=None, actor=ACTOR)
 
 
-@pytest.mark.covers("task_reopen")
+@pytest.mark.covers("tasks_reopen")
 async def test_operator_retry_gives_a_new_attempt(node: Node, clock: FakeClock) -> None:
     task_id = await make_needs_review(node, clock)
     reopened = await node.tasks.retry(SCOPE, task_id, actor=ACTOR)
@@ -710,7 +712,7 @@ async def test_a_failure_of_unsafe_work_goes_to_review_unless_vouched_safe(node:
         assert (await node.tasks.get(SCOPE, task_id)).state == by_id[task_id]
 
 
-@pytest.mark.covers("tasks_succeed_many")
+@pytest.mark.covers("tasks_succeed_many", "task_events_insert_many")
 async def test_a_report_of_an_eager_attempt_not_yet_started_is_its_start_too(
     node: Node, clock: FakeClock
 ) -> None:
@@ -737,6 +739,8 @@ async def test_a_report_of_an_eager_attempt_not_yet_started_is_its_start_too(
     assert attempt.state == "succeeded" and attempt.started_at == attempt.ended_at == clock.now()
     retried = await node.tasks.get(SCOPE, failing)
     assert (retried.state, retried.attempts) == ("scheduled", 1)  # the attempt counted
+    events = await node.db.read(lambda tx: store.task_event_list_pending(tx, limit=10))
+    assert [(e.task_id, e.state, e.seq) for e in events] == [(done, "succeeded", 1)]
     again = await node.workers.report_many([Report(leases[done].ref, Event.COMPLETE)])
     assert again == [Outcome.ALREADY]  # a resend
     assert (await queue(node)).active == 0

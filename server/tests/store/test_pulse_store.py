@@ -13,8 +13,10 @@ from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
 from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
+from orbit_server.store import tasks as tstore
 from orbit_server.store.base import DuplicateKey
 from orbit_server.store.pulse import TaskEventRecord, TaskRecord
+from orbit_server.store.tasks import TaskMove
 
 SCOPE = Scope("acme", "prod")
 OTHER = Scope("acme", "staging")
@@ -280,7 +282,7 @@ async def test_the_claim_range_and_queue_statistics(db: Database, clock: FakeClo
     assert (await db.read(stats))[0] is None
 
 
-@pytest.mark.covers("task_finish_unstarted", "task_request_cancel")
+@pytest.mark.covers("tasks_end_unstarted", "task_request_cancel")
 async def test_unstarted_tasks_finish_fenced_and_running_ones_are_asked(
     db: Database, clock: FakeClock
 ) -> None:
@@ -289,19 +291,20 @@ async def test_unstarted_tasks_finish_fenced_and_running_ones_are_asked(
     await insert(db, pending, running)
     now = clock.advance(timedelta(seconds=1))
 
-    async def finish(tx: Tx) -> bool:
-        return await store.task_finish_unstarted(
-            tx, pending, state="cancelled", reason="r", now=now
-        )
+    def cancel(t: TaskRecord, reason: str | None) -> TaskMove:
+        return TaskMove(t.id, t.state, t.lease_epoch, "cancelled", reason=reason)
 
-    assert await db.run(finish) is True
-    assert await db.run(finish) is False  # the row is no longer pending: fenced
+    async def finish(tx: Tx) -> int:
+        return await tstore.tasks_end_unstarted(tx, [cancel(pending, "r")], now)
+
+    assert await db.run(finish) == 1
+    assert await db.run(finish) == 0  # the row is no longer pending: fenced
     stale = dataclasses.replace(running, state="running", lease_epoch=99)
 
-    async def wrong_epoch(tx: Tx) -> bool:
-        return await store.task_finish_unstarted(tx, stale, state="cancelled", reason=None, now=now)
+    async def wrong_epoch(tx: Tx) -> int:
+        return await tstore.tasks_end_unstarted(tx, [cancel(stale, None)], now)
 
-    assert await db.run(wrong_epoch) is False
+    assert await db.run(wrong_epoch) == 0
 
     async def ask(tx: Tx) -> bool:
         return await store.task_request_cancel(tx, "t2", "stop", now)

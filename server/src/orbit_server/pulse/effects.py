@@ -1,8 +1,6 @@
-"""What every state change of a task writes besides the task row (decision 0003): the claim
-range it enters, the permits it gives back and its result event. Shared by the submitter-side
-and worker-side services so that every path does it the same way, in the transaction of the
-change. Each also records the domain event of what it did (:mod:`orbit_server.pulse.domain_events`),
-which the node hears of after the commit.
+"""How pending tasks enter the claim range (decision 0003), for transitions
+(:mod:`orbit_server.pulse.apply`), submits and promotions alike. Each records the domain event
+of what it did (``WorkCommitted``), which the node hears of after the commit.
 
 A task with a concurrency key enters the claim range only by admission (decision 0004): the
 range holds, per key, at most as many of the key's pending tasks as the key has free permits,
@@ -14,28 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
-from orbit_server.ids import new_id
-from orbit_server.pulse.domain_events import RoomMade, TaskSettled, WorkCommitted
-from orbit_server.pulse.states import TaskState
+from orbit_server.pulse.domain_events import WorkCommitted
 from orbit_server.scope import Scope
 from orbit_server.store import Tx
 from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
-from orbit_server.store.pulse import TaskEventRecord, TaskRecord
-
-
-async def release_permits(tx: Tx, task: TaskRecord, now: datetime, *, waits_again: bool) -> None:
-    """A task leaves leased/running: the queue's and the concurrency key's permits come back
-    (and the key admits its next task); ``waits_again`` when it returns to pending or
-    scheduled (counted as waiting). Callers hold the task's row; this takes the key's permit
-    row, then the queue's (the lock order of every path, decision 0006)."""
-    if task.concurrency_key is not None:
-        key = task.concurrency_key
-        await admit_keys(tx, task.scope, task.queue, [key], now, returned={key: 1})
-    await store.queue_add_counts(
-        tx, task.scope, task.queue, active=-1, pending=1 if waits_again else 0, now=now
-    )
-    tx.publish(RoomMade(task.scope, task.queue))
+from orbit_server.store.pulse import TaskRecord
 
 
 async def admit_key(tx: Tx, scope: Scope, queue: str, key: str, now: datetime) -> None:
@@ -139,24 +121,3 @@ async def make_claimable(tx: Tx, task: TaskRecord, *, now: datetime) -> None:
         return
     await store.task_ready_insert(tx, task)
     tx.publish(WorkCommitted(task.scope, task.queue))
-
-
-async def emit_result(tx: Tx, task: TaskRecord, state: TaskState, now: datetime) -> None:
-    """The result event of a terminal or needs_review transition (SPEC P11)."""
-    written = await store.task_event_insert(
-        tx,
-        TaskEventRecord(
-            id=new_id("evt_"),
-            scope=task.scope,
-            task_id=task.id,
-            attempt=task.lease_epoch,
-            state=str(state),
-            owner_kind=task.owner_kind,
-            owner_id=task.owner_id,
-            created_at=now,
-            seq=task.event_seq + 1,
-        ),
-    )
-    if not written:  # the task row is locked by the caller, so this cannot be a race
-        raise RuntimeError(f"result event {task.event_seq + 1} of task {task.id} exists already")
-    tx.publish(TaskSettled(task.id))

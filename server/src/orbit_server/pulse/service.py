@@ -20,17 +20,15 @@ from orbit_server.clock import Clock
 from orbit_server.errors import IdempotencyConflict, NotFound, QueueFull, StateConflict
 from orbit_server.ids import new_id, new_token
 from orbit_server.pulse.admission import KeyAdmissions
+from orbit_server.pulse.apply import apply
 from orbit_server.pulse.direct import DirectDispatch, Reservation
 from orbit_server.pulse.domain_events import CancelRequested, KeysLeftToAdmit, WorkCommitted
 from orbit_server.pulse.effects import (
-    admit_key,
     admit_keys,
-    emit_result,
-    make_claimable,
-    release_permits,
 )
 from orbit_server.pulse.model import TaskSpec, new_task
-from orbit_server.pulse.states import HOLDS_PERMITS, Event, IllegalTransition, TaskState, decide
+from orbit_server.pulse.states import Event, IllegalTransition, TaskState, decide
+from orbit_server.pulse.transitions import transition
 from orbit_server.pulse.watch import TaskWatch
 from orbit_server.pulse.worker import Lease, LeaseRef
 from orbit_server.scope import Scope
@@ -418,20 +416,10 @@ class TaskService:
             tx.publish(CancelRequested(task.id, reason))
         else:
             try:
-                decision = decide(state, Event.CANCEL)
+                change = transition(task, Event.CANCEL, reason=reason)
             except IllegalTransition:
                 raise StateConflict(f"a {state} task cannot be cancelled") from None
-            if not await store.task_finish_unstarted(
-                tx, task, state=str(decision.after), reason=reason, now=now
-            ):
-                raise StateConflict("the task changed meanwhile; read it and try again")
-            await self._leave(tx, task, state, now)
-            if state is TaskState.LEASED:
-                await lstore.attempt_update(
-                    tx, task.id, task.lease_epoch, state="cancelled", cause="cancel",
-                    ended_at=now,
-                )  # fmt: skip
-            await emit_result(tx, task, decision.after, now)
+            await apply(tx, [change], now)
         if audit:
             await self._audit.record(
                 tx, scope=scope, actor=actor, action="task.cancel", target_kind="task",
@@ -471,19 +459,14 @@ class TaskService:
             if task is None:
                 raise NotFound("no such task")
             try:
-                decide(TaskState(task.state), Event.OPERATOR_RETRY)
+                change = transition(task, Event.OPERATOR_RETRY)
             except IllegalTransition:
                 raise StateConflict(
                     f"only failed, cancelled or needs_review tasks can be retried, not {task.state}"
                 ) from None
-            now = self._clock.now()
-            if not await store.task_reopen(tx, task, now):
-                raise StateConflict("the task changed meanwhile; read it and try again")
+            await apply(tx, [change], self._clock.now())
             reopened = await store.task_get(tx, scope, task_id)
             assert reopened is not None
-            await make_claimable(tx, reopened, now=now)
-            await store.queue_lock_or_create(tx, scope, task.queue, now)
-            await store.queue_add_counts(tx, scope, task.queue, pending=1, now=now)
             await self._audit.record(
                 tx, scope=scope, actor=actor, action="task.retry", target_kind="task",
                 target_id=task_id, details={"state_before": task.state},
@@ -528,20 +511,15 @@ class TaskService:
         if task is None:
             raise NotFound("no such task")
         try:
-            decision = decide(TaskState(task.state), event)
+            change = transition(task, event, result=result, error=error)
         except IllegalTransition:
             raise StateConflict(
                 f"only needs_review tasks can be resolved, not {task.state}"
             ) from None
-        now = self._clock.now()
-        await store.task_resolve(
-            tx, task_id, state=str(decision.after), result=result if succeeded else None,
-            error=None if succeeded else error, now=now,
-        )  # fmt: skip
-        await emit_result(tx, task, decision.after, now)
+        await apply(tx, [change], self._clock.now())
         await self._audit.record(
             tx, scope=scope, actor=actor, action="task.resolve", target_kind="task",
-            target_id=task_id, details={"outcome": str(decision.after)},
+            target_id=task_id, details={"outcome": str(change.after)},
         )  # fmt: skip
         resolved = await store.task_get(tx, scope, task_id)
         assert resolved is not None
@@ -562,17 +540,6 @@ class TaskService:
     async def read_many_in(tx: Tx, task_ids: Sequence[str]) -> list[TaskRecord]:
         """Tasks by id (any scope: the caller knows them from their result events)."""
         return await lstore.tasks_get_many(tx, task_ids) if task_ids else []
-
-    async def _leave(self, tx: Tx, task: TaskRecord, state: TaskState, now: datetime) -> None:
-        """Give back what a task held in ``state`` as it leaves it for good."""
-        if state is TaskState.PENDING:
-            await store.task_ready_delete(tx, task.id)
-        if state is TaskState.PENDING and task.concurrency_key is not None:
-            await admit_key(tx, task.scope, task.queue, task.concurrency_key, now)
-        if state in HOLDS_PERMITS:
-            await release_permits(tx, task, now, waits_again=False)
-        if state in (TaskState.PENDING, TaskState.SCHEDULED):  # the queue's row last
-            await store.queue_add_counts(tx, task.scope, task.queue, pending=-1, now=now)
 
 
 class QueueService:

@@ -30,6 +30,18 @@ HOLDS_PERMITS = frozenset({TaskState.LEASED, TaskState.RUNNING})
 EMITS_EVENT = TERMINAL | {TaskState.NEEDS_REVIEW}
 
 
+class AttemptState(StrEnum):
+    """An attempt row's state: how far its lease got, and how it ended."""
+
+    LEASED = "leased"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # also a failure that is retried: the next attempt is another row
+    CANCELLED = "cancelled"
+    NEEDS_REVIEW = "needs_review"
+    RELEASED = "released"  # ended before it started (given back, expired, gate closed)
+
+
 class SideEffect(StrEnum):
     IDEMPOTENT = "idempotent"
     UNSAFE = "unsafe"

@@ -16,8 +16,8 @@ from typing import Any
 
 from orbit_server.clock import Clock
 from orbit_server.pulse import claims
-from orbit_server.pulse.domain_events import RoomMade, TaskSettled
-from orbit_server.pulse.effects import admit_keys, emit_result, make_claimable, release_permits
+from orbit_server.pulse.apply import apply
+from orbit_server.pulse.effects import admit_keys, make_claimable
 from orbit_server.pulse.leasing import (
     ClaimRequest,
     Lease,
@@ -34,6 +34,7 @@ from orbit_server.pulse.leasing import (
 )
 from orbit_server.pulse.retry import RetryPolicy
 from orbit_server.pulse.states import (
+    TRANSITIONS,
     Event,
     SideEffect,
     TaskState,
@@ -42,6 +43,7 @@ from orbit_server.pulse.states import (
     honour_cancel,
     lease_lost_event,
 )
+from orbit_server.pulse.transitions import Transition, transition
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
 from orbit_server.store import leases as lstore
@@ -64,16 +66,6 @@ __all__ = [
 ]
 
 DEEP_SCAN = claims.DEEP_SCAN
-
-
-# Why an attempt ended when its worker reported (lease expiry passes its own cause).
-_REPORTED_CAUSE = {
-    Event.COMPLETE: "completed",
-    Event.CANCELLED_BY_WORKER: "cancelled",
-    Event.CANCEL_SETTLED: "cancelled",
-    Event.FAIL_RETRY: "error",
-    Event.FAIL_FINAL: "error",
-}
 
 
 def _holds(task: TaskRecord | lstore.LockedTask, ref: LeaseRef) -> bool:
@@ -208,8 +200,9 @@ class WorkerService:
         if task.gate_id is not None:
             gates = await lstore.gates_open(tx, [task.gate_id])
             if not gates[task.gate_id]:
-                decide(TaskState.LEASED, Event.START_DENIED_GATE)
-                await self._back_to_pending(tx, task, now, cause="gate_closed")
+                await self._back_to_pending(
+                    tx, task, Event.START_DENIED_GATE, now, cause="gate_closed"
+                )
                 return StartAnswer(ref, StartVerdict.DENIED_GATE)
         expires_at, deadline = await self._record_start(tx, task, ref, now)
         return StartAnswer(ref, StartVerdict.STARTED, expires_at, deadline)
@@ -339,8 +332,8 @@ class WorkerService:
         eager attempts whose report is their start too. The same transition for every one of
         them (→ ``succeeded``, permits back, a result event), written set by set. Answers the
         indexes it handled."""
-        running: list[int] = []
-        starting: list[int] = []  # leased: the report is the eager attempt's start as well
+        picked: list[int] = []
+        changes: list[Transition] = []
         seen: set[str] = set()  # a report sent twice in one batch: the second one waits
         for i, (report, task) in enumerate(zip(reports, locked, strict=True)):
             if (
@@ -348,42 +341,13 @@ class WorkerService:
                 or task is None
                 or task.id in seen
                 or _expired(task, now)
+                or not (task.state == TaskState.RUNNING or _starts_with(task))
             ):
-                continue
-            if task.state == TaskState.RUNNING:
-                running.append(i)
-            elif _starts_with(task):
-                decide(TaskState.LEASED, Event.START)
-                starting.append(i)
-            else:
-                continue
-            decide(TaskState.RUNNING, Event.COMPLETE)
+                continue  # (a leased task succeeds here only as an eager attempt, 0008)
+            picked.append(i)
+            changes.append(transition(task, Event.COMPLETE, result=report.result))
             seen.add(task.id)
-        picked = running + starting
-        if not picked:
-            return set()
-        for group, eager in ((running, False), (starting, True)):
-            await lstore.tasks_succeed_many(
-                tx, [t for i in group if (t := locked[i]) is not None],
-                [reports[i].result for i in group], now, starting=eager,
-            )  # fmt: skip
-        tasks = [t for i in picked if (t := locked[i]) is not None]
-        per_queue: dict[tuple[Scope, str], int] = defaultdict(int)
-        per_key: dict[tuple[Scope, str, str], int] = defaultdict(int)
-        for task in tasks:
-            per_queue[(task.scope, task.queue)] += 1
-            if task.concurrency_key is not None:
-                per_key[(task.scope, task.queue, task.concurrency_key)] += 1
-        returned: dict[tuple[Scope, str], dict[str, int]] = defaultdict(dict)
-        for (scope, queue, key), count in per_key.items():
-            returned[(scope, queue)][key] = count
-        for (scope, queue), counts in sorted(returned.items()):
-            await admit_keys(tx, scope, queue, counts, now, returned=counts)
-        for (scope, queue), count in sorted(per_queue.items()):
-            await store.queue_add_counts(tx, scope, queue, active=-count, now=now)
-            tx.publish(RoomMade(scope, queue))
-        for task in tasks:
-            tx.publish(TaskSettled(task.id))
+        await apply(tx, changes, now)
         return set(picked)
 
     async def _report_locked(
@@ -427,50 +391,19 @@ class WorkerService:
         cause: str | None = None,
     ) -> None:
         event = honour_cancel(event, task.cancel_requested)
-        decision = decide(TaskState.RUNNING, event)
-        after = decision.after
         run_at = None
-        if after is TaskState.SCHEDULED:
+        if TRANSITIONS[(TaskState.RUNNING, event)] is TaskState.SCHEDULED:
             delay = self._policy(task).backoff_ms(task.attempts)
             run_at = now + timedelta(milliseconds=delay)
-        changed = await lstore.task_finish(
-            tx,
-            task,
-            state=str(after),
-            now=now,
-            result=result if after is TaskState.SUCCEEDED else None,
-            error=error,
-            run_at=run_at,
-            finished=decision.finished,
-        )
-        if not changed:
-            raise AssertionError("a locked, fenced task changed under its lock")
-        await lstore.attempt_update(
-            tx,
-            task.id,
-            task.lease_epoch,
-            state=str(after) if after is not TaskState.SCHEDULED else "failed",
-            cause=cause or _REPORTED_CAUSE.get(event, "error"),
-            ended_at=now,
-            error=error,
-        )
-        await release_permits(tx, task, now, waits_again=after is TaskState.SCHEDULED)
-        if decision.emits_event:
-            await emit_result(tx, task, after, now)
+        change = transition(task, event, result=result, error=error, cause=cause, run_at=run_at)
+        await apply(tx, [change], now)
 
+    @staticmethod
     async def _back_to_pending(
-        self, tx: Tx, task: TaskRecord, now: datetime, *, cause: str
+        tx: Tx, task: TaskRecord, event: Event, now: datetime, *, cause: str
     ) -> None:
         """Leased work that never started returns without using an attempt."""
-        await lstore.task_return_pending(tx, task, run_at=task.run_at, now=now)
-        await lstore.attempt_update(
-            tx, task.id, task.lease_epoch, state="released", cause=cause, ended_at=now
-        )
-        await release_permits(tx, task, now, waits_again=True)  # readmits a keyed task
-        if task.concurrency_key is None:
-            returned = await store.task_get(tx, task.scope, task.id)
-            assert returned is not None
-            await make_claimable(tx, returned, now=now)
+        await apply(tx, [transition(task, event, cause=cause)], now)
 
     @staticmethod
     def _policy(task: TaskRecord) -> RetryPolicy:
@@ -494,8 +427,7 @@ class WorkerService:
                 if task is None or task.state != TaskState.LEASED or _expired(task, now):
                     out.append(False)
                     continue
-                decide(TaskState.LEASED, Event.RELEASE)
-                await self._back_to_pending(tx, task, now, cause="released")
+                await self._back_to_pending(tx, task, Event.RELEASE, now, cause="released")
                 out.append(True)
             return out
 
@@ -521,8 +453,9 @@ class WorkerService:
                 if task is None or task.lease_expires_at is None or task.lease_expires_at > now:
                     continue
                 if task.state == TaskState.LEASED:
-                    decide(TaskState.LEASED, Event.LEASE_EXPIRED_UNSTARTED)
-                    await self._back_to_pending(tx, task, now, cause="lease_expired")
+                    await self._back_to_pending(
+                        tx, task, Event.LEASE_EXPIRED_UNSTARTED, now, cause="lease_expired"
+                    )
                 elif task.state == TaskState.RUNNING:
                     event = lease_lost_event(
                         SideEffect(task.side_effect),

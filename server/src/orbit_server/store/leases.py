@@ -10,18 +10,15 @@ from typing import Any
 
 import msgspec
 
-from orbit_server.ids import new_id
 from orbit_server.scope import Scope
 from orbit_server.store.base import Row, Tx, chunks
 from orbit_server.store.pulse import (
     AttemptRecord,
     QueueRecord,
-    TaskEventRecord,
     TaskRecord,
     attempt_from_row,
     key_permits_ensure,
     queue_from_row,
-    task_event_params,
     task_from_row,
 )
 
@@ -466,41 +463,36 @@ def _locked(r: Row) -> LockedTask:
 
 async def tasks_succeed_many(
     tx: Tx,
-    tasks: Sequence[LockedTask],
+    task_ids: Sequence[str],
     results: Sequence[Any],
     now: datetime,
     *,
+    from_state: str,
+    attempt_state: str,
+    cause: str,
     starting: bool = False,
 ) -> None:
-    """Running tasks (locked by the caller) to ``succeeded`` with their results, their
-    attempts ended ``completed`` and their result events written: a few statements for the
-    whole batch (a result other than ``None`` costs one more each). ``starting``: the tasks
-    are leased, and each report is its eager attempt's start as well (decision 0008): the
-    attempt is counted and marked started and ended at once."""
-    if not tasks:
+    """Tasks in ``from_state`` (locked by the caller) to ``succeeded`` with their results and
+    their attempts ended in ``attempt_state`` for ``cause``, each row's result-event counter
+    advanced (the caller writes the events): a few statements for the whole batch (a result
+    other than ``None`` costs one more each). ``starting``: each report is its eager
+    attempt's start as well (decision 0008): the attempt is counted and marked started and
+    ended at once."""
+    if not task_ids:
         return
-    ids = [t.id for t in tasks]
+    ids = list(task_ids)
     await tx.execute(
         "tasks_succeed_many",
         {"task_ids": ids, "now": now, "counted": int(starting),
-         "from_state": "leased" if starting else "running"},
+         "from_state": from_state},
     )  # fmt: skip
-    for task, result in zip(tasks, results, strict=True):
+    for task_id, result in zip(ids, results, strict=True):
         if result is not None:
-            await tx.execute("task_result_set", {"id": task.id, "result": _json(result)})
+            await tx.execute("task_result_set", {"id": task_id, "result": _json(result)})
     await tx.execute(
         "attempts_start_and_end_many" if starting else "attempts_end_running_many",
-        {"task_ids": ids, "state": "succeeded", "cause": "completed", "now": now},
+        {"task_ids": ids, "state": attempt_state, "cause": cause, "now": now},
     )
-    events = [
-        TaskEventRecord(
-            id=new_id("evt_"), scope=t.scope, task_id=t.id, attempt=t.lease_epoch,
-            state="succeeded", owner_kind=t.owner_kind, owner_id=t.owner_id, created_at=now,
-            seq=t.event_seq + 1,
-        )
-        for t in tasks
-    ]  # fmt: skip
-    await tx.execute_many("task_event_insert", [task_event_params(e) for e in events])
 
 
 async def tasks_start_many(
@@ -552,6 +544,41 @@ async def attempts_insert(tx: Tx, leased: Sequence[TaskRecord], now: datetime) -
             for t in leased
         ],
     )
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptUpdate:
+    """A change of one attempt row (``attempt_update``)."""
+
+    task_id: str
+    number: int
+    state: str
+    cause: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    lease_expires_at: datetime | None = None
+    error: dict[str, Any] | None = None
+
+
+async def attempts_update_many(tx: Tx, updates: Sequence[AttemptUpdate]) -> None:
+    """Change many attempt rows in one call."""
+    if updates:
+        await tx.execute_many(
+            "attempt_update",
+            [
+                {
+                    "task_id": u.task_id,
+                    "number": u.number,
+                    "state": u.state,
+                    "cause": u.cause,
+                    "started_at": u.started_at,
+                    "ended_at": u.ended_at,
+                    "lease_expires_at": u.lease_expires_at,
+                    "error": _json(u.error),
+                }
+                for u in updates
+            ],
+        )
 
 
 async def attempt_update(
@@ -623,21 +650,6 @@ async def task_set_running(
     return changed == 1
 
 
-async def task_return_pending(tx: Tx, task: TaskRecord, *, run_at: datetime, now: datetime) -> bool:
-    """Back to pending without using an attempt (released, expired before start, gate)."""
-    changed = await tx.execute(
-        "task_return_pending",
-        {
-            "id": task.id,
-            "epoch": task.lease_epoch,
-            "expected_state": task.state,
-            "run_at": run_at,
-            "now": now,
-        },
-    )
-    return changed == 1
-
-
 async def tasks_renew_many(
     tx: Tx, task_ids: Sequence[str], expires_at: datetime, now: datetime
 ) -> None:
@@ -648,35 +660,6 @@ async def tasks_renew_many(
             "tasks_renew_many",
             {"task_ids": sorted(set(task_ids)), "expires_at": expires_at, "now": now},
         )
-
-
-async def task_finish(
-    tx: Tx,
-    task: TaskRecord,
-    *,
-    state: str,
-    now: datetime,
-    result: Any = None,
-    error: dict[str, Any] | None = None,
-    run_at: datetime | None = None,
-    finished: bool,
-) -> bool:
-    """Move a leased/running task to ``state``, fenced by its epoch and current state."""
-    changed = await tx.execute(
-        "task_finish",
-        {
-            "id": task.id,
-            "epoch": task.lease_epoch,
-            "expected_state": task.state,
-            "state": state,
-            "result": _json(result),
-            "error": _json(error),
-            "finished_at": now if finished else None,
-            "run_at": run_at or task.run_at,
-            "now": now,
-        },
-    )
-    return changed == 1
 
 
 async def leases_expired(tx: Tx, now: datetime, *, limit: int) -> list[tuple[str, Scope]]:

@@ -482,29 +482,6 @@ async def task_ready_delete(tx: Tx, task_id: str) -> bool:
     return await tx.execute("task_ready_delete", {"task_id": task_id}) == 1
 
 
-async def task_finish_unstarted(
-    tx: Tx,
-    task: TaskRecord,
-    *,
-    state: str,
-    reason: str | None,
-    now: datetime,
-) -> bool:
-    """End a task that never started (cancel), fenced by its state and lease epoch."""
-    changed = await tx.execute(
-        "task_finish_unstarted",
-        {
-            "id": task.id,
-            "state": state,
-            "reason": reason,
-            "now": now,
-            "expected_state": task.state,
-            "lease_epoch": task.lease_epoch,
-        },
-    )
-    return changed == 1
-
-
 async def task_request_cancel(tx: Tx, task_id: str, reason: str | None, now: datetime) -> bool:
     """Flag a running task for cancellation; answers False if it was not running or flagged."""
     changed = await tx.execute("task_request_cancel", {"id": task_id, "reason": reason, "now": now})
@@ -536,6 +513,13 @@ async def task_event_insert(tx: Tx, event: TaskEventRecord) -> bool:
     except DuplicateKey:
         return False
     return True
+
+
+async def task_events_insert_many(tx: Tx, events: Sequence[TaskEventRecord]) -> None:
+    """Write result events of tasks whose counters the statement that moved them advanced
+    already (the bulk success path), in one statement."""
+    if events:
+        await tx.execute_many("task_event_insert", [task_event_params(e) for e in events])
 
 
 async def task_event_list_pending(tx: Tx, *, limit: int, after: str = "") -> list[TaskEventRecord]:
@@ -604,31 +588,6 @@ def attempt_from_row(r: Row) -> AttemptRecord:
         lease_expires_at=r["lease_expires_at"],
         error=_unjson(r["error"]),
     )
-
-
-async def task_reopen(tx: Tx, task: TaskRecord, now: datetime) -> bool:
-    """An operator's retry: back to pending with at least one attempt left (fenced by state)."""
-    changed = await tx.execute(
-        "task_reopen", {"id": task.id, "expected_state": task.state, "now": now}
-    )
-    return changed == 1
-
-
-async def task_resolve(
-    tx: Tx, task_id: str, *, state: str, result: Any, error: dict[str, Any] | None, now: datetime
-) -> bool:
-    """An operator's decision on a needs_review task."""
-    changed = await tx.execute(
-        "task_resolve",
-        {
-            "id": task_id,
-            "state": state,
-            "result": None if result is None else _json(result),
-            "error": None if error is None else _json(error),
-            "now": now,
-        },
-    )
-    return changed == 1
 
 
 async def task_event_mark_processed(tx: Tx, event_id: str, now: datetime) -> bool:
