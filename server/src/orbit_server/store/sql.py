@@ -4,6 +4,11 @@ text is the same on every dialect live once in ``common/``.
 A file holds blocks headed by ``-- name: query_name``. Parameters are written ``:name`` and are
 always bound, never formatted into the text. A parameter bound to a list or tuple expands to one
 placeholder per element, so ``WHERE id IN (:ids)`` takes a list.
+
+No query spells a state as a literal. A parameter written ``:kind.value`` (``:task.pending``,
+``:step.succeeded``, ``:fire.queued``) names a persisted state value of :mod:`.states`; the query
+binds it itself, so callers never pass it, and a name that is no persisted state fails when the
+queries are loaded, not when one runs.
 """
 
 from __future__ import annotations
@@ -14,12 +19,15 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
 
+from orbit_server.store.states import state_value
+
 Dialect = Literal["mysql", "sqlite"]
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
-# ``:name`` but not ``::`` casts or ``:=``; a quote-aware scan is not needed because Orbit's
-# queries never put a colon inside a string literal (the loader rejects such queries).
-_PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
+# ``:name`` or ``:kind.value`` but not ``::`` casts or ``:=``; a quote-aware scan is not needed
+# because Orbit's queries never put a colon inside a string literal (the loader rejects such
+# queries).
+_PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,9 +41,28 @@ class Query:
     # that many rows go in one statement (``head`` + ``row, row, …`` + ``tail``); None for any
     # other statement. Found once when the query is loaded, not at every bulk insert.
     rows_form: tuple[str, str, str] | None = field(init=False)
+    # The ``:kind.value`` parameters and the state values they are bound to: the query's own,
+    # filled in by :meth:`args`, never passed by a caller.
+    states: Mapping[str, str] = field(init=False, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rows_form", _rows_form(self.positional))
+        try:
+            states = {p: state_value(p) for p in self.params if "." in p}
+        except ValueError as exc:
+            raise ValueError(f"query {self.name}: {exc}") from None
+        object.__setattr__(self, "states", states)
+
+    def args(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The positional arguments for ``values``, in the order of :attr:`params`, with the
+        query's state parameters filled in."""
+        states = self.states
+        try:
+            if not states:
+                return tuple(values[p] for p in self.params)
+            return tuple(states[p] if p in states else values[p] for p in self.params)
+        except KeyError as exc:
+            raise KeyError(f"query {self.name} needs parameter {exc.args[0]}") from None
 
     def bind_union(self, many: Sequence[Mapping[str, Any]]) -> tuple[str, tuple[Any, ...]]:
         """One statement that runs this query once per set of ``many`` values and answers
@@ -55,16 +82,14 @@ class Query:
 
     def bind(self, values: Mapping[str, Any]) -> tuple[str, tuple[Any, ...]]:
         """The dialect's text and positional arguments for ``values``."""
-        try:
-            args = tuple(values[p] for p in self.params)
-        except KeyError as exc:
-            raise KeyError(f"query {self.name} needs parameter {exc.args[0]}") from None
+        args = self.args(values)
         if not any(isinstance(a, list | tuple) for a in args):
             return self.positional, args
         flat: list[Any] = []
 
         def expand(match: re.Match[str]) -> str:
-            value = values[match.group(1)]
+            name = match.group(1)
+            value = self.states[name] if name in self.states else values[name]
             if not isinstance(value, list | tuple):
                 flat.append(value)
                 return self.placeholder

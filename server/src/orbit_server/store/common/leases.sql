@@ -17,10 +17,10 @@ SELECT id, tenant, environment, open, version, created_at, updated_at FROM gates
  WHERE id = :id AND tenant = :tenant AND environment = :environment
 
 -- name: tasks_lease_many
-UPDATE tasks SET state = 'leased', lease_epoch = lease_epoch + 1, lease_token = :lease_token,
+UPDATE tasks SET state = :task.leased, lease_epoch = lease_epoch + 1, lease_token = :lease_token,
        lease_expires_at = :expires_at, session_id = :session_id, node = :node,
        worker_id = :worker_id, updated_at = :now
- WHERE id IN (:task_ids) AND state = 'pending'
+ WHERE id IN (:task_ids) AND state = :task.pending
 
 -- name: tasks_get_many
 SELECT * FROM tasks WHERE id IN (:task_ids)
@@ -32,7 +32,7 @@ SELECT task_id, number, ended_at FROM task_attempts WHERE task_id IN (:task_ids)
 -- name: attempt_insert
 INSERT INTO task_attempts (task_id, number, state, cause, worker_id, session_id, node, leased_at,
                            started_at, ended_at, lease_expires_at, error)
-VALUES (:task_id, :number, 'leased', NULL, :worker_id, :session_id, :node, :leased_at, NULL,
+VALUES (:task_id, :number, :attempt.leased, NULL, :worker_id, :session_id, :node, :leased_at, NULL,
         NULL, :lease_expires_at, NULL)
 
 -- name: attempt_update
@@ -41,13 +41,13 @@ UPDATE task_attempts SET state = :state, cause = :cause, started_at = COALESCE(:
  WHERE task_id = :task_id AND number = :number
 
 -- name: task_set_running
-UPDATE tasks SET state = 'running', attempts = attempts + 1,
+UPDATE tasks SET state = :task.running, attempts = attempts + 1,
        lease_expires_at = CASE WHEN :deadline_at < :expires_at THEN :deadline_at ELSE :expires_at END,
        deadline_at = :deadline_at, updated_at = :now
- WHERE id = :id AND lease_epoch = :epoch AND lease_token = :token AND state = 'leased'
+ WHERE id = :id AND lease_epoch = :epoch AND lease_token = :token AND state = :task.leased
 
 -- name: task_return_pending
-UPDATE tasks SET state = 'pending', run_at = :run_at, lease_token = NULL, lease_expires_at = NULL,
+UPDATE tasks SET state = :task.pending, run_at = :run_at, lease_token = NULL, lease_expires_at = NULL,
        deadline_at = NULL,
        session_id = NULL, node = NULL, worker_id = NULL, updated_at = :now
  WHERE id = :id AND lease_epoch = :epoch AND state = :expected_state
@@ -65,7 +65,8 @@ UPDATE tasks SET state = :state, result = :result, error = :error, finished_at =
  WHERE id = :id AND lease_epoch = :epoch AND state = :expected_state
 
 -- name: tasks_set_pending_many
-UPDATE tasks SET state = 'pending', updated_at = :now WHERE id IN (:task_ids) AND state = 'scheduled'
+UPDATE tasks SET state = :task.pending, updated_at = :now
+ WHERE id IN (:task_ids) AND state = :task.scheduled
 
 -- name: session_leases
 -- held_by is the session of a leased or running task and NULL in every other state.
@@ -84,7 +85,7 @@ INSERT INTO task_ready (task_id, tenant, environment, queue, type, priority, run
                         concurrency_key, handler_version, gate_id)
 SELECT id, tenant, environment, queue, type, priority, run_at, COALESCE(fairness_key, ''),
        concurrency_key, handler_version, gate_id
-  FROM tasks WHERE pending_gate = :gate_id AND state = 'pending' AND concurrency_key IS NULL
+  FROM tasks WHERE pending_gate = :gate_id AND state = :task.pending AND concurrency_key IS NULL
 
 -- name: ready_of_keys
 SELECT task_id FROM task_ready
@@ -96,16 +97,16 @@ INSERT INTO task_ready (task_id, tenant, environment, queue, type, priority, run
                         concurrency_key, handler_version, gate_id)
 SELECT id, tenant, environment, queue, type, priority, run_at, COALESCE(fairness_key, ''),
        concurrency_key, handler_version, gate_id
-  FROM tasks WHERE id IN (:task_ids) AND state = 'pending'
+  FROM tasks WHERE id IN (:task_ids) AND state = :task.pending
 
 -- name: gate_pending_keys
 SELECT DISTINCT tenant, environment, queue, concurrency_key FROM tasks
- WHERE pending_gate = :gate_id AND state = 'pending' AND concurrency_key IS NOT NULL
+ WHERE pending_gate = :gate_id AND state = :task.pending AND concurrency_key IS NOT NULL
 
 -- name: queue_pending_keys
 SELECT DISTINCT pending_key AS concurrency_key FROM tasks
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue
-   AND pending_key IS NOT NULL AND state = 'pending'
+   AND pending_key IS NOT NULL AND state = :task.pending
  ORDER BY pending_key
 
 -- name: ready_exists
@@ -116,7 +117,7 @@ SELECT task_id FROM task_ready
 -- Tasks whose workers reported success, in one statement; results are set apart. From
 -- 'running', or from 'leased' for eager attempts whose report is their start too (then the
 -- attempt is counted here: :counted is 1).
-UPDATE tasks SET state = 'succeeded', attempts = attempts + :counted, result = NULL,
+UPDATE tasks SET state = :task.succeeded, attempts = attempts + :counted, result = NULL,
        error = NULL, finished_at = :now, lease_expires_at = NULL, deadline_at = NULL,
        event_seq = event_seq + 1, updated_at = :now
  WHERE id IN (:task_ids) AND state = :from_state
@@ -127,22 +128,22 @@ UPDATE tasks SET result = :result WHERE id = :id
 -- name: attempts_end_running_many
 UPDATE task_attempts SET state = :state, cause = :cause, ended_at = :now,
        lease_expires_at = NULL, error = NULL
- WHERE task_id IN (:task_ids) AND state = 'running'
+ WHERE task_id IN (:task_ids) AND state = :attempt.running
 
 -- name: attempts_start_and_end_many
 -- Eager attempts whose report was their start too: started and ended at once.
 UPDATE task_attempts SET state = :state, cause = :cause, started_at = :now, ended_at = :now,
        lease_expires_at = NULL, error = NULL
- WHERE task_id IN (:task_ids) AND state = 'leased'
+ WHERE task_id IN (:task_ids) AND state = :attempt.leased
 
 -- name: tasks_start_many
-UPDATE tasks SET state = 'running', attempts = attempts + 1, lease_expires_at = :expires_at,
+UPDATE tasks SET state = :task.running, attempts = attempts + 1, lease_expires_at = :expires_at,
        deadline_at = :deadline_at, updated_at = :now
- WHERE id IN (:task_ids) AND state = 'leased'
+ WHERE id IN (:task_ids) AND state = :task.leased
 
 -- name: attempts_start_many
-UPDATE task_attempts SET state = 'running', started_at = :now, lease_expires_at = :expires_at
- WHERE task_id IN (:task_ids) AND state = 'leased'
+UPDATE task_attempts SET state = :attempt.running, started_at = :now, lease_expires_at = :expires_at
+ WHERE task_id IN (:task_ids) AND state = :attempt.leased
 
 -- name: key_permits_existing
 SELECT concurrency_key FROM key_permits

@@ -71,11 +71,11 @@ SELECT * FROM tasks
 
 -- name: leases_expired
 SELECT id, tenant, environment, queue FROM tasks FORCE INDEX (tasks_lease)
- WHERE state IN ('leased', 'running') AND lease_expires_at <= :now
+ WHERE state IN (:task.leased, :task.running) AND lease_expires_at <= :now
  LIMIT :limit FOR UPDATE SKIP LOCKED
 
 -- name: scheduled_due
-SELECT * FROM tasks FORCE INDEX (tasks_due) WHERE due_at <= :now AND state = 'scheduled'
+SELECT * FROM tasks FORCE INDEX (tasks_due) WHERE due_at <= :now AND state = :task.scheduled
  ORDER BY due_at LIMIT :limit FOR UPDATE SKIP LOCKED
 
 -- name: gate_lock

@@ -30,8 +30,8 @@ UPDATE JSON_TABLE(:rows_json, '$[*]' COLUMNS (
 -- name: backfills_running_lock
 -- The index's order; naming the equal state in the ORDER BY made MariaDB sort.
 SELECT * FROM schedule_backfills
- WHERE state = 'running' ORDER BY created_at LIMIT :limit FOR UPDATE SKIP LOCKED
+ WHERE state = :backfill.running ORDER BY created_at LIMIT :limit FOR UPDATE SKIP LOCKED
 
 -- name: fires_prune
 -- In no particular order: every row it takes is past the retention (an ORDER BY would sort).
-DELETE FROM schedule_fires WHERE recorded_at < :before AND outcome <> 'queued' LIMIT :limit
+DELETE FROM schedule_fires WHERE recorded_at < :before AND outcome <> :fire.queued LIMIT :limit

@@ -62,11 +62,11 @@ SELECT * FROM tasks
 
 -- name: leases_expired
 SELECT id, tenant, environment, queue FROM tasks
- WHERE state IN ('leased', 'running') AND lease_expires_at <= :now
+ WHERE state IN (:task.leased, :task.running) AND lease_expires_at <= :now
  LIMIT :limit
 
 -- name: scheduled_due
-SELECT * FROM tasks WHERE due_at <= :now AND state = 'scheduled'
+SELECT * FROM tasks WHERE due_at <= :now AND state = :task.scheduled
  ORDER BY due_at LIMIT :limit
 
 -- name: gate_lock

@@ -11,14 +11,14 @@ SELECT tenant, environment, name, paused, concurrency_limit, key_concurrency, ma
 SELECT * FROM tasks WHERE id = :id AND tenant = :tenant AND environment = :environment
 
 -- name: task_reopen
-UPDATE tasks SET state = 'pending', run_at = :now, max_attempts = MAX(max_attempts, attempts + 1),
+UPDATE tasks SET state = :task.pending, run_at = :now, max_attempts = MAX(max_attempts, attempts + 1),
        result = NULL, error = NULL, finished_at = NULL, cancel_requested = 0, cancel_reason = NULL,
        lease_expires_at = NULL, updated_at = :now
  WHERE id = :id AND state = :expected_state
 
 -- name: tasks_finished_before
 SELECT id FROM tasks t
- WHERE state IN ('succeeded', 'failed', 'cancelled') AND finished_at < :before
+ WHERE state IN (:task.succeeded, :task.failed, :task.cancelled) AND finished_at < :before
    AND (t.owner_kind IS NULL
         OR NOT EXISTS (SELECT 1 FROM task_events e WHERE e.task_id = t.id AND e.processed = 0))
  LIMIT :limit
@@ -27,8 +27,8 @@ SELECT id FROM tasks t
 -- SQLite has no UPDATE ... LIMIT (MySQL has no LIMIT inside IN (subquery)).
 UPDATE tasks SET idempotency_key = NULL, request_hash = NULL
  WHERE id IN (SELECT id FROM tasks
-               WHERE state IN ('succeeded', 'failed', 'cancelled') AND finished_at < :before
-                 AND idempotency_key IS NOT NULL
+               WHERE state IN (:task.succeeded, :task.failed, :task.cancelled)
+                 AND finished_at < :before AND idempotency_key IS NOT NULL
                LIMIT :limit)
 
 -- name: key_permits_prune

@@ -17,9 +17,9 @@ UPDATE schedules
  WHERE id = :id
 
 -- name: backfills_running_lock
-SELECT * FROM schedule_backfills WHERE state = 'running' ORDER BY created_at LIMIT :limit
+SELECT * FROM schedule_backfills WHERE state = :backfill.running ORDER BY created_at LIMIT :limit
 
 -- name: fires_prune
 DELETE FROM schedule_fires WHERE rowid IN (
-  SELECT rowid FROM schedule_fires WHERE recorded_at < :before AND outcome <> 'queued'
+  SELECT rowid FROM schedule_fires WHERE recorded_at < :before AND outcome <> :fire.queued
    ORDER BY recorded_at LIMIT :limit)
