@@ -36,7 +36,7 @@ def test_no_query_spells_a_state_as_a_literal() -> None:
     found = [
         f"{path} {query.name}: '{literal}'"
         for path, source in files
-        for query in parse_queries(source, "?")
+        for query in parse_queries(source, "sqlite")
         for literal in _LITERAL.findall(query.text)
         if literal in ALL_STATES
     ]
@@ -49,7 +49,7 @@ def test_no_query_compares_a_state_column_with_a_literal() -> None:
     found = [
         f"{path} {query.name}"
         for path, source in query_files()
-        for query in parse_queries(source, "?")
+        for query in parse_queries(source, "sqlite")
         if compared.search(query.text)
     ]
     assert found == []
@@ -79,7 +79,7 @@ def test_a_state_parameter_is_bound_by_the_query_itself() -> None:
     [q] = parse_queries(
         "-- name: lease\nUPDATE tasks SET state = :task.leased\n"
         " WHERE id IN (:ids) AND state IN (:task.pending, :task.scheduled)",
-        "?",
+        "sqlite",
     )
     assert q.params == ("task.leased", "ids", "task.pending", "task.scheduled")
     assert q.bind({"ids": ["a", "b"]}) == (
@@ -95,7 +95,7 @@ def test_a_state_parameter_is_bound_by_the_query_itself() -> None:
 )
 def test_a_state_that_is_not_persisted_fails_at_load(reference: str, message: str) -> None:
     with pytest.raises(ValueError, match=f"query q: .*{message}"):
-        parse_queries(f"-- name: q\nSELECT id FROM tasks WHERE state = :{reference}", "?")
+        parse_queries(f"-- name: q\nSELECT id FROM tasks WHERE state = :{reference}", "sqlite")
 
 
 @pytest.mark.parametrize("dialect", ["mysql", "sqlite"])

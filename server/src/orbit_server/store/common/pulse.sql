@@ -1,5 +1,5 @@
--- Queries that read the same on MySQL/MariaDB and SQLite; each dialect's folder holds
--- only those that differ (pulse.sql).
+-- Queries that read the same on MySQL/MariaDB and SQLite but for their {{hints}} (sql.py);
+-- each dialect's folder holds only those that differ (pulse.sql).
 
 -- name: queue_insert
 INSERT INTO queues (tenant, environment, name, paused, concurrency_limit, key_concurrency,
@@ -190,3 +190,24 @@ DELETE FROM tasks WHERE id IN (:task_ids)
 
 -- name: task_event_seq_set
 UPDATE tasks SET event_seq = :seq WHERE id = :task_id AND event_seq = :seq - 1
+
+-- name: queue_lock
+SELECT tenant, environment, name, paused, concurrency_limit, key_concurrency, max_pending,
+       pending, active, created_at, updated_at
+  FROM queues WHERE tenant = :tenant AND environment = :environment AND name = :name {{for_update}}
+
+-- name: task_lock
+SELECT * FROM tasks WHERE id = :id AND tenant = :tenant AND environment = :environment
+   {{for_update}}
+
+-- name: tasks_finished_before
+SELECT id FROM tasks t
+ WHERE state IN (:task.succeeded, :task.failed, :task.cancelled) AND finished_at < :before
+   AND (t.owner_kind IS NULL
+        OR NOT EXISTS (SELECT 1 FROM task_events e WHERE e.task_id = t.id AND e.processed = 0))
+ LIMIT :limit {{for_update_skip_locked}}
+
+-- name: task_events_lock_unprocessed
+-- Events a consumer is about to handle, held until it commits (the unprocessed of them).
+SELECT id FROM task_events WHERE id IN (:ids) AND processed = 0
+ ORDER BY id {{for_update}}

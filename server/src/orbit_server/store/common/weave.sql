@@ -182,3 +182,10 @@ DELETE FROM workflow_signals WHERE workflow_id = :workflow_id
 
 -- name: workflow_delete
 DELETE FROM workflows WHERE id = :id
+
+-- name: workflow_lock
+SELECT * FROM workflows WHERE id = :id {{for_update}}
+
+-- name: workflows_lock_many
+SELECT * FROM workflows WHERE id IN (:ids)
+ ORDER BY id {{for_update}}
