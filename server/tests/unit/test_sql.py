@@ -17,8 +17,8 @@ SELECT a FROM t WHERE id IN (:ids) AND b = :b AND c LIKE 'x%'
 
 
 def test_queries_are_split_and_bound_positionally() -> None:
-    mysql = {q.name: q for q in parse_queries(SOURCE, "%s")}
-    sqlite = {q.name: q for q in parse_queries(SOURCE, "?")}
+    mysql = {q.name: q for q in parse_queries(SOURCE, "mysql")}
+    sqlite = {q.name: q for q in parse_queries(SOURCE, "sqlite")}
     assert mysql["one"].bind({"id": 1, "b": "x"}) == (
         "SELECT a FROM t WHERE id = %s AND b = %s",
         (1, "x"),
@@ -28,7 +28,7 @@ def test_queries_are_split_and_bound_positionally() -> None:
 
 
 def test_list_parameters_expand_to_one_placeholder_each() -> None:
-    sqlite = {q.name: q for q in parse_queries(SOURCE, "?")}
+    sqlite = {q.name: q for q in parse_queries(SOURCE, "sqlite")}
     text, args = sqlite["many"].bind({"ids": [1, 2, 3], "b": 7})
     assert "IN (?, ?, ?)" in text and args == (1, 2, 3, 7)
     with pytest.raises(ValueError, match="empty"):
@@ -36,12 +36,12 @@ def test_list_parameters_expand_to_one_placeholder_each() -> None:
 
 
 def test_percent_signs_are_escaped_for_the_mysql_driver() -> None:
-    mysql = {q.name: q for q in parse_queries(SOURCE, "%s")}
+    mysql = {q.name: q for q in parse_queries(SOURCE, "mysql")}
     assert "'x%%'" in mysql["many"].bind({"ids": (1,), "b": 2})[0]
 
 
 def test_a_missing_parameter_names_the_query() -> None:
-    book = QueryBook("sqlite", {q.name: q for q in parse_queries(SOURCE, "?")})
+    book = QueryBook("sqlite", {q.name: q for q in parse_queries(SOURCE, "sqlite")})
     with pytest.raises(KeyError, match="one needs parameter b"):
         book.bind("one", {"id": 1})
     with pytest.raises(KeyError, match="no query named"):
@@ -50,7 +50,7 @@ def test_a_missing_parameter_names_the_query() -> None:
 
 def test_a_parameter_inside_a_string_literal_is_rejected() -> None:
     with pytest.raises(ValueError, match="string literal"):
-        parse_queries("-- name: bad\nSELECT ':x'", "?")
+        parse_queries("-- name: bad\nSELECT ':x'", "sqlite")
 
 
 def test_scripts_split_on_statement_ends() -> None:
@@ -68,22 +68,22 @@ def test_an_insert_splits_into_head_row_and_tail_for_many_rows() -> None:
     [q] = parse_queries(
         "-- name: ins\nINSERT INTO t (a, b, c) VALUES (:a, 'x', COALESCE(:b, NULL))\n"
         "ON DUPLICATE KEY UPDATE c = VALUES(c)",
-        "%s",
+        "mysql",
     )
     head, row, tail = q.rows_form or ("", "", "")
     assert head == "INSERT INTO t (a, b, c) VALUES "
     assert row == "(%s, 'x', COALESCE(%s, NULL))"
     assert tail == "\nON DUPLICATE KEY UPDATE c = VALUES(c)"
     upsert = "INSERT INTO t (a) SELECT a FROM u ON DUPLICATE KEY UPDATE a = VALUES(a)"
-    [select] = parse_queries(f"-- name: sel\n{upsert}", "%s")
+    [select] = parse_queries(f"-- name: sel\n{upsert}", "mysql")
     assert select.rows_form is None
-    [update] = parse_queries("-- name: upd\nUPDATE t SET a = :a", "%s")
+    [update] = parse_queries("-- name: upd\nUPDATE t SET a = :a", "mysql")
     assert update.rows_form is None
 
 
 def test_a_union_runs_the_query_once_per_set_of_values() -> None:
     [q] = parse_queries(
-        "-- name: heads\nSELECT id FROM t WHERE k = :k AND s IN (:s) ORDER BY id LIMIT :n", "?"
+        "-- name: heads\nSELECT id FROM t WHERE k = :k AND s IN (:s) ORDER BY id LIMIT :n", "sqlite"
     )
     many = [{"k": "a", "s": [1, 2], "n": 1}, {"k": "b", "s": [3], "n": 2}]
     sql, args = q.bind_union(many)
@@ -93,7 +93,7 @@ def test_a_union_runs_the_query_once_per_set_of_values() -> None:
         "SELECT * FROM (SELECT id FROM t WHERE k = ? AND s IN (?) ORDER BY id LIMIT ?)"
     )
     assert args == ("a", 1, 2, 1, "b", 3, 2)
-    [mysql] = parse_queries("-- name: heads\nSELECT id FROM t WHERE k = :k LIMIT :n", "%s")
+    [mysql] = parse_queries("-- name: heads\nSELECT id FROM t WHERE k = :k LIMIT :n", "mysql")
     assert mysql.bind_union(many)[0] == (
         "(SELECT id FROM t WHERE k = %s LIMIT %s) UNION ALL "
         "(SELECT id FROM t WHERE k = %s LIMIT %s)"

@@ -182,7 +182,7 @@ class MySQLTx:
         if not rows:
             return 0
         named = self._queries[query]
-        args = [_convert_params(tuple(r[p] for p in named.params)) for r in rows]
+        args = [_convert_params(named.args(r)) for r in rows]
         form = named.rows_form
         if form is None:
 

@@ -4,6 +4,29 @@ text is the same on every dialect live once in ``common/``.
 A file holds blocks headed by ``-- name: query_name``. Parameters are written ``:name`` and are
 always bound, never formatted into the text. A parameter bound to a list or tuple expands to one
 placeholder per element, so ``WHERE id IN (:ids)`` takes a list.
+
+No query spells a state as a literal. A parameter written ``:kind.value`` (``:task.pending``,
+``:step.succeeded``, ``:fire.queued``) names a persisted state value of :mod:`.states`; the query
+binds it itself, so callers never pass it, and a name that is no persisted state fails when the
+queries are loaded, not when one runs.
+
+Row-lock and index hints are written once, as ``{{hint}}`` or ``{{hint:index_name}}``, and each
+dialect fills them in when it loads its queries; a query that differs between dialects only in
+its hints lives once in ``common/``. SQLite runs every write unit under ``BEGIN IMMEDIATE``, so
+it takes no row locks, and of index hints it takes only ``INDEXED BY``:
+
+=============================  ============================  ===================
+hint                           MySQL/MariaDB                 SQLite
+=============================  ============================  ===================
+``{{for_update}}``             ``FOR UPDATE``                (nothing)
+``{{for_update_skip_locked}}`` ``FOR UPDATE SKIP LOCKED``    (nothing)
+``{{lock_in_share_mode}}``     ``LOCK IN SHARE MODE``        (nothing)
+``{{force_index:ix}}``         ``FORCE INDEX (ix)``          (nothing)
+``{{indexed_by:ix}}``          ``FORCE INDEX (ix)``          ``INDEXED BY ix``
+=============================  ============================  ===================
+
+An unknown hint, or one given an index name it does not take or lacking one it needs, fails
+when the queries are loaded.
 """
 
 from __future__ import annotations
@@ -14,12 +37,27 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
 
+from orbit_server.store.states import state_value
+
 Dialect = Literal["mysql", "sqlite"]
 
+_PLACEHOLDER: Mapping[Dialect, str] = {"mysql": "%s", "sqlite": "?"}
+# Each hint's text per dialect; ``{index}`` stands for the index the hint names.
+_HINTS: Mapping[str, Mapping[Dialect, str]] = {
+    "for_update": {"mysql": "FOR UPDATE", "sqlite": ""},
+    "for_update_skip_locked": {"mysql": "FOR UPDATE SKIP LOCKED", "sqlite": ""},
+    "lock_in_share_mode": {"mysql": "LOCK IN SHARE MODE", "sqlite": ""},
+    "force_index": {"mysql": "FORCE INDEX ({index})", "sqlite": ""},
+    "indexed_by": {"mysql": "FORCE INDEX ({index})", "sqlite": "INDEXED BY {index}"},
+}
+# The blanks before a hint go with it, so that a hint a dialect leaves out leaves no trace.
+_HINT = re.compile(r"[ \t]*\{\{\s*([a-z_]+)\s*(?::\s*([A-Za-z_][A-Za-z0-9_]*)\s*)?\}\}")
+
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
-# ``:name`` but not ``::`` casts or ``:=``; a quote-aware scan is not needed because Orbit's
-# queries never put a colon inside a string literal (the loader rejects such queries).
-_PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
+# ``:name`` or ``:kind.value`` but not ``::`` casts or ``:=``; a quote-aware scan is not needed
+# because Orbit's queries never put a colon inside a string literal (the loader rejects such
+# queries).
+_PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,9 +71,28 @@ class Query:
     # that many rows go in one statement (``head`` + ``row, row, …`` + ``tail``); None for any
     # other statement. Found once when the query is loaded, not at every bulk insert.
     rows_form: tuple[str, str, str] | None = field(init=False)
+    # The ``:kind.value`` parameters and the state values they are bound to: the query's own,
+    # filled in by :meth:`args`, never passed by a caller.
+    states: Mapping[str, str] = field(init=False, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rows_form", _rows_form(self.positional))
+        try:
+            states = {p: state_value(p) for p in self.params if "." in p}
+        except ValueError as exc:
+            raise ValueError(f"query {self.name}: {exc}") from None
+        object.__setattr__(self, "states", states)
+
+    def args(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The positional arguments for ``values``, in the order of :attr:`params`, with the
+        query's state parameters filled in."""
+        states = self.states
+        try:
+            if not states:
+                return tuple(values[p] for p in self.params)
+            return tuple(states[p] if p in states else values[p] for p in self.params)
+        except KeyError as exc:
+            raise KeyError(f"query {self.name} needs parameter {exc.args[0]}") from None
 
     def bind_union(self, many: Sequence[Mapping[str, Any]]) -> tuple[str, tuple[Any, ...]]:
         """One statement that runs this query once per set of ``many`` values and answers
@@ -55,16 +112,14 @@ class Query:
 
     def bind(self, values: Mapping[str, Any]) -> tuple[str, tuple[Any, ...]]:
         """The dialect's text and positional arguments for ``values``."""
-        try:
-            args = tuple(values[p] for p in self.params)
-        except KeyError as exc:
-            raise KeyError(f"query {self.name} needs parameter {exc.args[0]}") from None
+        args = self.args(values)
         if not any(isinstance(a, list | tuple) for a in args):
             return self.positional, args
         flat: list[Any] = []
 
         def expand(match: re.Match[str]) -> str:
-            value = values[match.group(1)]
+            name = match.group(1)
+            value = self.states[name] if name in self.states else values[name]
             if not isinstance(value, list | tuple):
                 flat.append(value)
                 return self.placeholder
@@ -120,22 +175,22 @@ class QueryBook:
     def load(cls, dialect: Dialect) -> QueryBook:
         """The dialect's queries: ``common/`` (text that reads the same on every dialect) plus
         the dialect's own folder. A name defined twice is an error, never an override."""
-        placeholder = "%s" if dialect == "mysql" else "?"
         root = resources.files("orbit_server.store")
         queries: dict[str, Query] = {}
         for folder in (root.joinpath("common"), root.joinpath(dialect)):
             for entry in sorted(folder.iterdir(), key=lambda e: e.name):
                 if not entry.name.endswith(".sql"):
                     continue
-                for query in parse_queries(entry.read_text("utf-8"), placeholder):
+                for query in parse_queries(entry.read_text("utf-8"), dialect):
                     if query.name in queries:
                         raise ValueError(f"query {query.name} is defined twice ({dialect})")
                     queries[query.name] = query
         return cls(dialect, queries)
 
 
-def parse_queries(source: str, placeholder: str) -> list[Query]:
-    """Split a file into its named queries."""
+def parse_queries(source: str, dialect: Dialect) -> list[Query]:
+    """Split a file into its named queries, in ``dialect``'s text."""
+    placeholder = _PLACEHOLDER[dialect]
     matches = list(_NAME.finditer(source))
     out: list[Query] = []
     for i, match in enumerate(matches):
@@ -150,6 +205,7 @@ def parse_queries(source: str, placeholder: str) -> list[Query]:
             .rstrip(";")
             .strip()
         )
+        body = _fill_hints(match.group(1), body, dialect).strip()
         if "'" in body and _PARAM.search(" ".join(re.findall(r"'[^']*'", body))):
             raise ValueError(f"query {match.group(1)}: a ':' parameter inside a string literal")
         if placeholder == "%s" and "%" in body:
@@ -158,6 +214,25 @@ def parse_queries(source: str, placeholder: str) -> list[Query]:
         positional = _PARAM.sub(placeholder, body)
         out.append(Query(match.group(1), body, params, placeholder, positional))
     return out
+
+
+def _fill_hints(name: str, body: str, dialect: Dialect) -> str:
+    def fill(match: re.Match[str]) -> str:
+        hint, index = match.group(1), match.group(2)
+        forms = _HINTS.get(hint)
+        if forms is None:
+            raise ValueError(f"query {name}: no hint named {hint!r}")
+        takes_index = "{index}" in forms["mysql"]
+        if takes_index != (index is not None):
+            needs = "an index name" if takes_index else "no index name"
+            raise ValueError(f"query {name}: hint {hint} takes {needs}")
+        text = forms[dialect].format(index=index)
+        return f" {text}" if text else ""
+
+    filled = _HINT.sub(fill, body)
+    if "{{" in filled or "}}" in filled:
+        raise ValueError(f"query {name}: a malformed {{{{hint}}}}")
+    return filled
 
 
 def split_statements(script: str) -> Sequence[str]:

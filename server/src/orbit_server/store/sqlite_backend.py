@@ -134,7 +134,7 @@ class SQLiteTx:
         if not rows:
             return 0
         named = self._queries[query]
-        args = [_convert_params(tuple(r[p] for p in named.params)) for r in rows]
+        args = [_convert_params(named.args(r)) for r in rows]
         return self._execute(named.positional, args, many=True).rowcount
 
     async def execute_script(self, statements: Sequence[str]) -> None:

@@ -1,5 +1,5 @@
--- Queries that read the same on MySQL/MariaDB and SQLite; each dialect's folder holds
--- only those that differ (pulse.sql).
+-- Queries that read the same on MySQL/MariaDB and SQLite but for their {{hints}} (sql.py);
+-- each dialect's folder holds only those that differ (pulse.sql).
 
 -- name: queue_insert
 INSERT INTO queues (tenant, environment, name, paused, concurrency_limit, key_concurrency,
@@ -82,7 +82,7 @@ INSERT INTO tasks (id, tenant, environment, queue, type, state, params, priority
                    gate_id, traceparent, result, error, cancel_requested, cancel_reason,
                    lease_epoch, lease_token, lease_expires_at, session_id, node, worker_id,
                    created_at, updated_at, finished_at)
-VALUES (:id, :tenant, :environment, :queue, :type, 'leased', :params, :priority, :run_at,
+VALUES (:id, :tenant, :environment, :queue, :type, :task.leased, :params, :priority, :run_at,
         0, :max_attempts, :initial_backoff_ms, :backoff_multiplier, :max_backoff_ms,
         :timeout_ms, :idempotency_key, :request_hash, :concurrency_key, :fairness_key,
         :side_effect, :handler_version, :labels, :owner_kind, :owner_id, :owner_step,
@@ -132,7 +132,7 @@ UPDATE tasks SET state = :state, cancel_reason = :reason, finished_at = :now, up
 
 -- name: task_request_cancel
 UPDATE tasks SET cancel_requested = 1, cancel_reason = :reason, updated_at = :now
- WHERE id = :id AND state = 'running' AND cancel_requested = 0
+ WHERE id = :id AND state = :task.running AND cancel_requested = 0
 
 -- name: tasks_in_states
 SELECT id FROM tasks WHERE id IN (:task_ids) AND state IN (:states)
@@ -174,7 +174,7 @@ SELECT active FROM key_permits
 -- name: task_resolve
 UPDATE tasks SET state = :state, result = :result, error = :error, finished_at = :now,
        updated_at = :now
- WHERE id = :id AND state = 'needs_review'
+ WHERE id = :id AND state = :task.needs_review
 
 -- name: task_event_mark_processed
 UPDATE task_events SET processed = 1, processed_at = :now WHERE id = :id AND processed = 0
@@ -190,3 +190,24 @@ DELETE FROM tasks WHERE id IN (:task_ids)
 
 -- name: task_event_seq_set
 UPDATE tasks SET event_seq = :seq WHERE id = :task_id AND event_seq = :seq - 1
+
+-- name: queue_lock
+SELECT tenant, environment, name, paused, concurrency_limit, key_concurrency, max_pending,
+       pending, active, created_at, updated_at
+  FROM queues WHERE tenant = :tenant AND environment = :environment AND name = :name {{for_update}}
+
+-- name: task_lock
+SELECT * FROM tasks WHERE id = :id AND tenant = :tenant AND environment = :environment
+   {{for_update}}
+
+-- name: tasks_finished_before
+SELECT id FROM tasks t
+ WHERE state IN (:task.succeeded, :task.failed, :task.cancelled) AND finished_at < :before
+   AND (t.owner_kind IS NULL
+        OR NOT EXISTS (SELECT 1 FROM task_events e WHERE e.task_id = t.id AND e.processed = 0))
+ LIMIT :limit {{for_update_skip_locked}}
+
+-- name: task_events_lock_unprocessed
+-- Events a consumer is about to handle, held until it commits (the unprocessed of them).
+SELECT id FROM task_events WHERE id IN (:ids) AND processed = 0
+ ORDER BY id {{for_update}}

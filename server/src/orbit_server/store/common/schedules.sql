@@ -82,3 +82,20 @@ UPDATE schedule_backfills SET cursor_at = :cursor_at, state = :state, fired = :f
                               failure = :failure
  WHERE id = :id
 
+-- name: schedule_lock
+SELECT * FROM schedules WHERE tenant = :tenant AND environment = :environment AND name = :name
+   {{for_update}}
+
+-- name: schedule_lock_by_id
+SELECT * FROM schedules WHERE id = :id {{for_update}}
+
+-- name: schedules_due_lock
+-- Due schedules, oldest due first; rows another node's pass holds are passed over, so that
+-- passes on several nodes split the due work instead of queueing behind each other.
+SELECT * FROM schedules {{force_index:schedules_due}}
+ WHERE due_at <= :now ORDER BY due_at LIMIT :limit {{for_update_skip_locked}}
+
+-- name: backfills_running_lock
+-- The index's order; naming the equal state in the ORDER BY made MariaDB sort.
+SELECT * FROM schedule_backfills
+ WHERE state = :backfill.running ORDER BY created_at LIMIT :limit {{for_update_skip_locked}}

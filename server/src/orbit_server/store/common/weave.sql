@@ -97,7 +97,7 @@ SELECT workflow_id, step_key, seq, step, kind, state, parent_key, branch, item, 
        updated_at
   FROM workflow_steps
  WHERE workflow_id = :workflow_id AND followed = 0
-   AND state IN ('succeeded', 'failed', 'skipped')
+   AND state IN (:step.succeeded, :step.failed, :step.skipped)
 
 -- name: workflow_steps_list
 SELECT workflow_id, step_key, seq, step, kind, state, parent_key, branch, item, round, task_id,
@@ -145,7 +145,7 @@ SELECT MIN(wake_at) AS wake_at FROM workflow_steps
 -- name: workflow_steps_rearm
 UPDATE workflow_steps SET wake_at = due_at
  WHERE workflow_id = :workflow_id AND wake_at IS NULL AND due_at IS NOT NULL
-   AND state IN ('pending', 'running', 'waiting')
+   AND state IN (:step.pending, :step.running, :step.waiting)
 
 -- name: workflow_signal_insert
 INSERT INTO workflow_signals (id, workflow_id, name, payload, idempotency_key, state, step_key,
@@ -159,17 +159,17 @@ SELECT * FROM workflow_signals
 
 -- name: workflow_signal_oldest_pending
 SELECT * FROM workflow_signals
- WHERE workflow_id = :workflow_id AND state = 'pending' AND name = :name
+ WHERE workflow_id = :workflow_id AND state = :signal.pending AND name = :name
  ORDER BY id
  LIMIT 1
 
 -- name: workflow_signal_deliver
-UPDATE workflow_signals SET state = 'delivered', step_key = :step_key, delivered_at = :now
- WHERE id = :id AND state = 'pending'
+UPDATE workflow_signals SET state = :signal.delivered, step_key = :step_key, delivered_at = :now
+ WHERE id = :id AND state = :signal.pending
 
 -- name: workflow_signals_pending
 SELECT * FROM workflow_signals
- WHERE workflow_id = :workflow_id AND state = 'pending'
+ WHERE workflow_id = :workflow_id AND state = :signal.pending
  ORDER BY name, id
  LIMIT :limit
 
@@ -182,3 +182,10 @@ DELETE FROM workflow_signals WHERE workflow_id = :workflow_id
 
 -- name: workflow_delete
 DELETE FROM workflows WHERE id = :id
+
+-- name: workflow_lock
+SELECT * FROM workflows WHERE id = :id {{for_update}}
+
+-- name: workflows_lock_many
+SELECT * FROM workflows WHERE id IN (:ids)
+ ORDER BY id {{for_update}}

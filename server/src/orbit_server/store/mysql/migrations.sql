@@ -11,13 +11,6 @@ CREATE TABLE IF NOT EXISTS orbit_schema_migrations (
   PRIMARY KEY (version)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
 
--- name: migrations_applied
-SELECT version, name, checksum, applied_at FROM orbit_schema_migrations ORDER BY version
-
--- name: migration_record
-INSERT INTO orbit_schema_migrations (version, name, checksum, applied_at)
-VALUES (:version, :name, :checksum, :applied_at)
-
 -- name: migration_lock_acquire
 SELECT GET_LOCK(CONCAT('orbit.migrate.', SHA1(DATABASE())), :timeout_s) AS got
 

@@ -1,6 +1,3 @@
--- name: ping
-SELECT 1 AS ok
-
 -- name: server_version
 SELECT VERSION() AS version
 

@@ -9,12 +9,5 @@ CREATE TABLE IF NOT EXISTS orbit_schema_migrations (
   applied_at TEXT NOT NULL
 )
 
--- name: migrations_applied
-SELECT version, name, checksum, applied_at FROM orbit_schema_migrations ORDER BY version
-
--- name: migration_record
-INSERT INTO orbit_schema_migrations (version, name, checksum, applied_at)
-VALUES (:version, :name, :checksum, :applied_at)
-
 -- name: schema_tables
 SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name

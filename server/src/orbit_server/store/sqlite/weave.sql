@@ -1,12 +1,3 @@
--- SQLite: BEGIN IMMEDIATE already holds the only write lock; no row locks to take.
-
--- name: workflow_lock
-SELECT * FROM workflows WHERE id = :id
-
--- name: workflows_lock_many
-SELECT * FROM workflows WHERE id IN (:ids)
- ORDER BY id
-
 -- name: workflow_steps_update_many
 -- Run once per changed execution (SQLite has no JSON_TABLE join to update from).
 UPDATE workflow_steps
