@@ -105,7 +105,7 @@ SELECT DISTINCT tenant, environment, queue, concurrency_key FROM tasks
 
 -- name: gate_pending_queues
 SELECT DISTINCT tenant, environment, queue FROM tasks
- WHERE pending_gate = :gate_id AND state = 'pending' AND concurrency_key IS NULL
+ WHERE pending_gate = :gate_id AND state = :task.pending AND concurrency_key IS NULL
 
 -- name: queue_pending_keys
 SELECT DISTINCT pending_key AS concurrency_key FROM tasks
