@@ -24,6 +24,15 @@ from orbit_server.weave.definition import (
     TimerStep,
 )
 from orbit_server.weave.expr import ExpressionFailed
+from orbit_server.weave.states import ACTIVE, ENDED, FINISHED, StepState, WorkflowState
+
+# The states' home is ``states``; what imported them from here still finds them.
+__all__ = [
+    "ACTIVE", "ENDED", "FINISHED", "Failure", "Goto", "ListEnd", "Outcome", "PollNext",
+    "StepState", "TaskInvalid", "Transition", "WorkflowState", "after_round", "choose",
+    "item_key", "mapped_output", "round_key", "step_key", "task_spec", "timer_due",
+    "transition",
+]  # fmt: skip
 
 
 class TaskInvalid(ExpressionFailed):
@@ -33,33 +42,6 @@ class TaskInvalid(ExpressionFailed):
 
 
 MAX_KEY = {"concurrency_key": 200, "fairness_key": 128}
-
-
-class WorkflowState(StrEnum):
-    RUNNING = "running"
-    PAUSED = "paused"
-    NEEDS_REVIEW = "needs_review"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-FINISHED = frozenset({WorkflowState.SUCCEEDED, WorkflowState.FAILED, WorkflowState.CANCELLED})
-
-
-class StepState(StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    WAITING = "waiting"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    SKIPPED = "skipped"
-    CANCELLED = "cancelled"
-    NEEDS_REVIEW = "needs_review"
-
-
-ACTIVE = (StepState.PENDING, StepState.RUNNING, StepState.WAITING, StepState.NEEDS_REVIEW)
-ENDED = (StepState.SUCCEEDED, StepState.FAILED, StepState.SKIPPED)
 
 
 class Outcome(StrEnum):
