@@ -28,11 +28,49 @@ from orbit_server.weave.states import ACTIVE, ENDED, FINISHED, StepState, Workfl
 
 # The states' home is ``states``; what imported them from here still finds them.
 __all__ = [
-    "ACTIVE", "ENDED", "FINISHED", "Failure", "Goto", "ListEnd", "Outcome", "PollNext",
-    "StepState", "TaskInvalid", "Transition", "WorkflowState", "after_round", "choose",
-    "item_key", "mapped_output", "round_key", "step_key", "task_spec", "timer_due",
+    "ACTIVE",
+    "ENDED",
+    "FINISHED",
+    "Failure",
+    "Goto",
+    "Limits",
+    "ListEnd",
+    "Outcome",
+    "PollNext",
+    "StepState",
+    "TaskInvalid",
+    "Transition",
+    "WorkflowState",
+    "after_round",
+    "broken",
+    "choose",
+    "failed",
+    "item_key",
+    "mapped_output",
+    "round_key",
+    "step_key",
+    "task_spec",
+    "timer_due",
     "transition",
 ]  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one instance may make: the limits of ORBIT_MAX_PARAMS_BYTES and
+    ORBIT_WORKFLOW_MAX_STEP_EXECUTIONS."""
+
+    max_params_bytes: int = 1 << 20
+    max_step_executions: int = 200_000
+
+
+def failed(code: str, message: str, **more: Any) -> dict[str, Any]:
+    return {"code": code, "message": message, **more}
+
+
+def broken(exc: ExpressionFailed, **more: Any) -> dict[str, Any]:
+    """The error of a step whose expression failed, or whose task Pulse would refuse."""
+    return failed(getattr(exc, "code", "expression_failed"), str(exc), **more)
 
 
 class TaskInvalid(ExpressionFailed):
