@@ -872,16 +872,16 @@ async def test_a_full_queue_holds_back_only_the_steps_bound_for_it(
 async def test_an_instance_that_cannot_advance_fails_visibly_and_blocks_no_other(
     node: Node, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orbit_server.weave.advance import Advance
+    from orbit_server.weave.kinds import Planner
 
-    ended = Advance.task_ended
+    ended = Planner.task_ended
 
-    async def broken(self: Advance, row: Any, task_record: Any) -> None:
+    def broken(self: Planner, row: Any, *outcome: Any) -> None:
         if self.wf.input == {"boom": True}:
             raise RuntimeError("a bug")
-        await ended(self, row, task_record)
+        ended(self, row, *outcome)
 
-    monkeypatch.setattr(Advance, "task_ended", broken)
+    monkeypatch.setattr(Planner, "task_ended", broken)
     await publish(node, body("two", [task("a", next="b"), task("b", "b")]))
     bad = await start(node, "two", {"boom": True})
     good = await start(node, "two", {})

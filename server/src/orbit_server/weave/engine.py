@@ -24,6 +24,53 @@ from orbit_server.weave.definition import (
     TimerStep,
 )
 from orbit_server.weave.expr import ExpressionFailed
+from orbit_server.weave.states import ACTIVE, ENDED, FINISHED, StepState, WorkflowState
+
+# The states' home is ``states``; what imported them from here still finds them.
+__all__ = [
+    "ACTIVE",
+    "ENDED",
+    "FINISHED",
+    "Failure",
+    "Goto",
+    "Limits",
+    "ListEnd",
+    "Outcome",
+    "PollNext",
+    "StepState",
+    "TaskInvalid",
+    "Transition",
+    "WorkflowState",
+    "after_round",
+    "broken",
+    "choose",
+    "failed",
+    "item_key",
+    "mapped_output",
+    "round_key",
+    "step_key",
+    "task_spec",
+    "timer_due",
+    "transition",
+]  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one instance may make: the limits of ORBIT_MAX_PARAMS_BYTES and
+    ORBIT_WORKFLOW_MAX_STEP_EXECUTIONS."""
+
+    max_params_bytes: int = 1 << 20
+    max_step_executions: int = 200_000
+
+
+def failed(code: str, message: str, **more: Any) -> dict[str, Any]:
+    return {"code": code, "message": message, **more}
+
+
+def broken(exc: ExpressionFailed, **more: Any) -> dict[str, Any]:
+    """The error of a step whose expression failed, or whose task Pulse would refuse."""
+    return failed(getattr(exc, "code", "expression_failed"), str(exc), **more)
 
 
 class TaskInvalid(ExpressionFailed):
@@ -33,33 +80,6 @@ class TaskInvalid(ExpressionFailed):
 
 
 MAX_KEY = {"concurrency_key": 200, "fairness_key": 128}
-
-
-class WorkflowState(StrEnum):
-    RUNNING = "running"
-    PAUSED = "paused"
-    NEEDS_REVIEW = "needs_review"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-FINISHED = frozenset({WorkflowState.SUCCEEDED, WorkflowState.FAILED, WorkflowState.CANCELLED})
-
-
-class StepState(StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    WAITING = "waiting"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    SKIPPED = "skipped"
-    CANCELLED = "cancelled"
-    NEEDS_REVIEW = "needs_review"
-
-
-ACTIVE = (StepState.PENDING, StepState.RUNNING, StepState.WAITING, StepState.NEEDS_REVIEW)
-ENDED = (StepState.SUCCEEDED, StepState.FAILED, StepState.SKIPPED)
 
 
 class Outcome(StrEnum):

@@ -29,13 +29,10 @@ from orbit_server.pulse.loops import log_skipped
 from orbit_server.pulse.service import TaskService
 from orbit_server.store import Database, Tx
 from orbit_server.store import weave as store
-from orbit_server.store.base import chunks
-from orbit_server.store.pulse import TaskEventRecord, TaskRecord
-from orbit_server.store.weave import StepRecord
+from orbit_server.store.pulse import TaskEventRecord
 from orbit_server.weave.advance import Advance
-from orbit_server.weave.definition import MapStep, PollStep, SignalStep, TimerStep
-from orbit_server.weave.engine import Outcome, StepState
 from orbit_server.weave.service import WorkflowService
+from orbit_server.weave.view import Due, Event, TaskEnded
 
 log = structlog.get_logger("orbit.weave")
 
@@ -57,7 +54,7 @@ class Runner:
         self._db = db
         self._clock = clock
         self._tasks = tasks
-        self._workflows = workflows
+        self._advancement = workflows.advancement
         self._events = EventConsumer(db, clock)
         self.batch = batch
         self.instances = instances
@@ -139,64 +136,30 @@ class Runner:
     ) -> int:
         """Mark ``events`` processed and advance their instances, in one transaction."""
         marked: set[str] = set()
-        tasks: dict[str, TaskRecord] = {}
-        rows: dict[tuple[str, str], StepRecord] = {}
 
-        async def before(tx: Tx) -> None:
+        async def unit(tx: Tx) -> list[Advance]:
             marked.clear()
             marked.update(await self._events.mark_many_in(tx, events))
             fresh = [e for e in events if e.id in marked]
-            tasks.clear()
-            tasks.update({t.id: t for t in await self._tasks.read_many_in(
-                tx, [e.task_id for e in fresh])})  # fmt: skip
-
-        async def locked(tx: Tx) -> None:  # the steps, read under their instances' locks
-            keys = [(t.owner_id, t.owner_step) for t in tasks.values()
-                    if t.owner_id is not None and t.owner_step is not None]  # fmt: skip
-            rows.clear()
-            for part in chunks(keys, 200):
-                rows.update({(r.workflow_id, r.key): r
-                             for r in await store.workflow_steps_get_many(tx, part)})  # fmt: skip
-
-        async def act(advance: Advance) -> None:
-            await self._prepare(advance, mode)
-            for event in events:
-                if event.owner_id != advance.wf.id or event.id not in marked:
-                    continue  # another instance's, or handled already (a duplicate, a node)
+            if mode is Mode.FAIL:
+                failed = await self._advancement.fail_alone_in(
+                    tx, workflow_ids[0], ADVANCEMENT_FAILED
+                )
+                return [] if failed is None else [failed]
+            tasks = {t.id: t for t in await self._tasks.read_many_in(
+                tx, [e.task_id for e in fresh])}  # fmt: skip
+            by_instance: dict[str, list[Event]] = defaultdict(list)
+            for event in fresh:  # handled already (a duplicate, another node) are left out
                 task = tasks.get(event.task_id)
-                if advance.finished or task is None or task.owner_step is None:
-                    continue
-                known = rows.get((advance.wf.id, task.owner_step))
-                if known is not None:
-                    advance.rows.setdefault(known.key, known)
-                row = await advance.row(task.owner_step)
-                if (
-                    row is None
-                    or row.task_id != task.id
-                    or row.state not in (StepState.RUNNING, StepState.NEEDS_REVIEW)
-                ):
-                    continue  # a stale task: cancelled, skipped or retried since
-                if task.state != event.state:
-                    # The task moved on since (an operator retried it out of needs_review):
-                    # its next result event tells the outcome.
-                    if row.state == StepState.NEEDS_REVIEW and task.state not in ENDED_TASK:
-                        advance.put(row, state=StepState.RUNNING)
-                    continue
-                await advance.task_ended(row, task)
-
-        if mode is Mode.FAIL:
-            await self._workflows.fail_alone(workflow_ids[0], ADVANCEMENT_FAILED, before=before)
-            return len(marked)
-        await self._workflows.run_batch(workflow_ids, act, before=before, locked=locked)
-        return len(marked)
-
-    async def _prepare(self, advance: Advance, mode: Mode) -> None:
-        """Alone after a full queue: create the tasks that fit, defer the rest."""
-        if mode is Mode.DEFER:
-            advance.defer_tasks = True
-            advance.room = await self._tasks.room_in(
-                advance.tx, advance.wf.scope, sorted(advance.definition.queues)
+                if event.owner_id is not None and task is not None:
+                    by_instance[event.owner_id].append(TaskEnded(task, event.state))
+            return await self._advancement.advance_in(
+                tx, workflow_ids, by_instance, defer=mode is Mode.DEFER
             )
+
+        advances = await self._db.run(unit)
+        await self._advancement.after(advances)
+        return len(marked)
 
     # -- waits --------------------------------------------------------------------------------
 
@@ -214,15 +177,17 @@ class Runner:
         ids = sorted(by_instance)
 
         def run(part: list[str], mode: Mode) -> Awaitable[int]:
-            async def act(advance: Advance) -> None:
-                await self._prepare(advance, mode)
-                await _wake(advance, by_instance[advance.wf.id])
+            async def unit(tx: Tx) -> list[Advance]:
+                if mode is Mode.FAIL:
+                    failed = await self._advancement.fail_alone_in(tx, part[0], ADVANCEMENT_FAILED)
+                    return [] if failed is None else [failed]
+                events = {i: [Due(key) for key in by_instance[i]] for i in part}
+                return await self._advancement.advance_in(
+                    tx, part, events, defer=mode is Mode.DEFER
+                )
 
             async def batch() -> int:
-                if mode is Mode.FAIL:
-                    await self._workflows.fail_alone(part[0], ADVANCEMENT_FAILED)
-                else:
-                    await self._workflows.run_batch(part, act)
+                await self._advancement.after(await self._db.run(unit))
                 return sum(len(by_instance[i]) for i in part)
 
             return batch()
@@ -248,39 +213,6 @@ ADVANCEMENT_FAILED = {
     "code": "advancement_failed",
     "message": "the workflow could not advance (an internal error; the server log has it)",
 }
-ENDED_TASK = frozenset({"succeeded", "failed", "cancelled", "needs_review"})
-
-
-async def _wake(advance: Advance, keys: list[str]) -> None:
-    """Act on the instance's due waits (each checked again under the instance's lock)."""
-    for key in keys:
-        row = await advance.row(key)
-        if row is None or row.wake_at is None or row.wake_at > advance.now:
-            continue  # changed meanwhile
-        if advance.finished:
-            advance.put(row, wake_at=None)
-            continue
-        if advance.paused:
-            advance.put(row, wake_at=None)  # parked; resume re-arms it
-            continue
-        step = advance.definition.steps[row.step]
-        if row.state == StepState.PENDING:
-            await advance.start_pending(row)
-        elif row.state == StepState.WAITING and isinstance(step, TimerStep):
-            await advance.complete(row, Outcome.SUCCEEDED)
-        elif row.state == StepState.WAITING and isinstance(step, SignalStep):
-            error = {
-                "code": "signal_timeout",
-                "message": f"no signal {step.name!r} came in time",
-                "step": row.key,
-            }
-            await advance.complete(row, Outcome.TIMED_OUT, error=error)
-        elif row.state == StepState.WAITING and isinstance(step, PollStep):
-            await advance.next_round(row)
-        elif row.state == StepState.RUNNING and isinstance(step, MapStep) and row.item is None:
-            await advance.refill(advance.put(row, due_at=None, wake_at=None))
-        else:
-            advance.put(row, due_at=None, wake_at=None)
 
 
 async def events_loop(runner: Runner, changed: asyncio.Event, *, interval_s: float = 0.2) -> None:

@@ -1,7 +1,9 @@
 """Weave's use cases (SPEC W1, W5, W7, W8, W10): publish and read definitions; start, read,
 list, signal, pause, resume and cancel instances; an operator's step recovery. Each is one
 short transaction that locks the instance first (boundary 1 of W3) and commits the steps'
-tasks with its change; pushes and wake-ups happen after the commit.
+tasks with its change (through :class:`~orbit_server.weave.advance.Advancement`); pushes and
+wake-ups happen after the commit. Control and recovery are
+:class:`~orbit_server.weave.control.Control`'s, a service of its own.
 """
 
 from __future__ import annotations
@@ -9,23 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
 
 import msgspec
 
 from orbit_server.audit import Actor, AuditWriter
 from orbit_server.clock import Clock
-from orbit_server.errors import (
-    DefinitionInvalid,
-    IdempotencyConflict,
-    NotFound,
-    StateConflict,
-    VersionExists,
-)
+from orbit_server.errors import DefinitionInvalid, IdempotencyConflict, NotFound, VersionExists
 from orbit_server.ids import new_id
 from orbit_server.pulse.gates import GateService
 from orbit_server.pulse.service import TaskService
@@ -33,7 +28,7 @@ from orbit_server.scope import Scope
 from orbit_server.store import Database, DuplicateKey, Tx
 from orbit_server.store import weave as store
 from orbit_server.store.weave import DefinitionRecord, SignalRecord, StepRecord, WorkflowRecord
-from orbit_server.weave.advance import SYSTEM, Advance, flush_all
+from orbit_server.weave.advance import Advance, Advancement
 from orbit_server.weave.control import Control
 from orbit_server.weave.definition import (
     Definition,
@@ -42,10 +37,11 @@ from orbit_server.weave.definition import (
     check_timeouts,
     parse,
 )
-from orbit_server.weave.engine import ACTIVE, FINISHED, StepState, WorkflowState
+from orbit_server.weave.definitions import Definitions
+from orbit_server.weave.engine import FINISHED, Limits, StepState, WorkflowState
+from orbit_server.weave.port import PulseAdapter
+from orbit_server.weave.view import SignalSent
 
-T = TypeVar("T")
-CACHE_SIZE = 256
 MAX_WAITS_SHOWN = 100
 MAX_STEPS_SHOWN = 500
 
@@ -61,35 +57,9 @@ class Inspection:
     signal_names: dict[str, str]  # signal step id -> the signal it waits for
 
 
-class Definitions:
-    """Checked definitions by (scope, name, version), kept while used (versions never change)."""
-
-    def __init__(self) -> None:
-        self._cache: OrderedDict[tuple[Scope, str, str], Definition] = OrderedDict()
-
-    async def load(self, tx: Tx, scope: Scope, name: str, version: str | None) -> Definition:
-        if version is None:  # the latest: one index read, then (usually) the cache
-            version = await store.workflow_definition_latest_version(tx, scope, name)
-            if version is None:
-                raise NotFound(f"no workflow definition {name!r} is published")
-        key = (scope, name, version)
-        found = self._cache.get(key)
-        if found is not None:
-            self._cache.move_to_end(key)
-            return found
-        record = await store.workflow_definition_get(tx, scope, name, version)
-        if record is None:
-            raise NotFound(f"workflow definition {name!r} has no version {version!r}")
-        found = parse(record.body or {})
-        self._cache[key] = found
-        while len(self._cache) > CACHE_SIZE:
-            self._cache.popitem(last=False)
-        return found
-
-
-class WorkflowService(Control):
-    """Definitions, instances, signals and history; control and recovery come from
-    :class:`~orbit_server.weave.control.Control`."""
+class WorkflowService:
+    """Definitions, instances, signals and history; :attr:`control` has the operator's
+    calls (its methods are this service's too, for the adapters)."""
 
     def __init__(
         self,
@@ -104,18 +74,36 @@ class WorkflowService(Control):
         max_step_executions: int = 200_000,
     ) -> None:
         self._db = db
-        self._max_step_executions = max_step_executions
-        self._max_params_bytes = max_params_bytes
         self._max_task_timeout_ms = max_task_timeout_ms
         self._clock = clock
         self._audit = audit
-        self._tasks = tasks
+        self._pulse = PulseAdapter(tasks, gates)
         self._gates = gates
         self.definitions = Definitions()
-        self.changed = asyncio.Event()  # set when an instance's wait times may have changed
-        # Told of each committed advancement (its writes, and the state it left): metrics.
-        self.observe: Callable[[Sequence[Advance]], None] = lambda advances: None
-        self._finished: dict[str, set[asyncio.Event]] = {}
+        limits = Limits(max_params_bytes=max_params_bytes,
+                        max_step_executions=max_step_executions)  # fmt: skip
+        self.advancement = Advancement(
+            db, clock, audit, self._pulse, tasks, self.definitions, limits
+        )
+        self.control = Control(self.advancement)
+        self.changed = self.advancement.changed  # set when wait times may have changed
+        self._finished = self.advancement.waiters
+        # The operator's calls, as the adapters find them.
+        self.pause = self.control.pause
+        self.resume = self.control.resume
+        self.cancel = self.control.cancel
+        self.retry_step = self.control.retry_step
+        self.skip_step = self.control.skip_step
+        self.resolve_step = self.control.resolve_step
+
+    @property
+    def observe(self) -> Callable[[Sequence[Advance]], None]:
+        """Told of each committed advancement (its writes, the state it left): metrics."""
+        return self.advancement.observe
+
+    @observe.setter
+    def observe(self, observe: Callable[[Sequence[Advance]], None]) -> None:
+        self.advancement.observe = observe
 
     # -- definitions (W1) ---------------------------------------------------------------------
 
@@ -196,32 +184,28 @@ class WorkflowService(Control):
         """A new instance, begun at its first step in the same transaction, as inspected
         (created False: the idempotency key's instance)."""
 
-        async def unit(tx: Tx) -> tuple[WorkflowRecord, Advance | None]:
+        async def unit(tx: Tx) -> tuple[WorkflowRecord, Advance | None, Definition | None]:
             definition = await self.definitions.load(tx, scope, name, version)
             digest = _request_hash(name, version, input_)
             if idempotency_key is not None:
                 existing = await store.workflow_get_by_idempotency_key(tx, scope, idempotency_key)
                 if existing is not None:
-                    return _replayed(existing, digest), None
+                    return _replayed(existing, digest), None, None
             now = self._clock.now()
             workflow = WorkflowRecord(
                 id=new_id("wf_"), scope=scope, definition=definition.name,
                 version=definition.version, state=str(WorkflowState.RUNNING), input=input_,
                 output=None, error=None, context={"steps": {}, "visits": {}, "seq": 0},
-                control_version=0, gate_id=await self._gates.create_in(tx, scope),
+                control_version=0, gate_id=await self._pulse.new_gate(tx, scope),
                 idempotency_key=idempotency_key,
                 request_hash=digest if idempotency_key is not None else None,
                 created_at=now, updated_at=now, finished_at=None,
             )  # fmt: skip
-            advance = await self._advance(tx, workflow, now, definition)
-            advance.new_instance = True  # inserted as it stands after its first steps
-            first = definition.starts[None]
-            await advance.enter(first, parent_key=None, branch=None, prev=input_)
-            await advance.flush()
-            return advance.wf, advance
+            advance = await self.advancement.start_in(tx, workflow, definition, input_)
+            return advance.wf, advance, definition
 
         try:
-            workflow, advance = await self._db.run(unit)
+            workflow, advance, definition = await self._db.run(unit)
         except DuplicateKey:  # a concurrent start of the same key committed first
             if idempotency_key is None:
                 raise
@@ -232,147 +216,20 @@ class WorkflowService(Control):
             existing = await self._db.read(replay)
             if existing is None:
                 raise
-            workflow, advance = _replayed(existing, _request_hash(name, version, input_)), None
-        if advance is None:
+            workflow = _replayed(existing, _request_hash(name, version, input_))
+            advance, definition = None, None
+        if advance is None or definition is None:
             return await self.inspect(scope, workflow.id), False
-        await self.after([advance])
-        rows = sorted(advance.rows.values(), key=lambda r: r.seq)
+        await self.advancement.after([advance])
+        rows = sorted(advance.rows, key=lambda r: r.seq)
         seen = Inspection(
             workflow=workflow,
             steps=[r for r in rows if r.item is None and r.round is None][:MAX_STEPS_SHOWN],
             waits=[r for r in rows if _waits(r)][:MAX_WAITS_SHOWN],
             signals=[],
-            signal_names=_signal_names(advance.definition),
+            signal_names=_signal_names(definition),
         )
         return seen, True
-
-    async def run_locked(
-        self,
-        scope: Scope | None,
-        workflow_id: str,
-        act: Callable[[Advance], Awaitable[T]],
-        *,
-        actor: Actor | None = None,
-        action: str | None = None,
-        details: dict[str, Any] | None = None,
-    ) -> tuple[T, WorkflowRecord]:
-        """Lock an instance, let ``act`` change it through an :class:`Advance`, write, audit
-        (when ``action`` is given) and commit."""
-
-        async def unit(tx: Tx) -> tuple[T, Advance]:
-            workflow = await store.workflow_lock(tx, workflow_id)
-            if workflow is None or (scope is not None and workflow.scope != scope):
-                raise NotFound("no such workflow")
-            advance = await self._advance(tx, workflow, self._clock.now())
-            answer = await act(advance)
-            await advance.flush()
-            if actor is not None and action is not None and (advance.changed or advance.audit):
-                await self._audit.record(
-                    tx, scope=workflow.scope, actor=actor, action=action,
-                    target_kind="workflow", target_id=workflow.id, details=details,
-                )  # fmt: skip
-            return answer, advance
-
-        answer, advance = await self._db.run(unit)
-        await self.after([advance])
-        return answer, advance.wf
-
-    async def run_batch(
-        self,
-        workflow_ids: Sequence[str],
-        act: Callable[[Advance], Awaitable[None]],
-        *,
-        before: Callable[[Tx], Awaitable[None]] | None = None,
-        locked: Callable[[Tx], Awaitable[None]] | None = None,
-    ) -> list[Advance]:
-        """Advance several instances in one transaction (the result continuation's batches):
-        ``before`` runs first (marking their events), then the instances are locked in id
-        order, ``locked`` runs (reading what the lock protects), and ``act`` runs on each;
-        the writes of all are batched. Instances that are gone are passed over."""
-
-        async def unit(tx: Tx) -> list[Advance]:
-            if before is not None:
-                await before(tx)
-            now = self._clock.now()
-            advances = []
-            instances = await store.workflows_lock_many(tx, workflow_ids)
-            if locked is not None:
-                await locked(tx)
-            for workflow in instances:
-                advance = await self._advance(tx, workflow, now)
-                await act(advance)
-                advances.append(advance)
-            await flush_all(tx, self._tasks, advances)
-            return advances
-
-        advances = await self._db.run(unit)
-        await self.after(advances)
-        return advances
-
-    async def _advance(
-        self,
-        tx: Tx,
-        workflow: WorkflowRecord,
-        now: datetime,
-        definition: Definition | None = None,
-    ) -> Advance:
-        """An advancement of a locked (or new) instance, with its definition."""
-        if definition is None:
-            definition = await self.definitions.load(
-                tx, workflow.scope, workflow.definition, workflow.version
-            )
-        return Advance(
-            tx, self._tasks, definition, workflow, now, max_params_bytes=self._max_params_bytes,
-            max_step_executions=self._max_step_executions,
-        )  # fmt: skip
-
-    async def fail_alone(
-        self,
-        workflow_id: str,
-        error: dict[str, Any],
-        *,
-        before: Callable[[Tx], Awaitable[None]] | None = None,
-    ) -> None:
-        """End an instance ``failed`` without its definition (the way out for one that cannot
-        advance): its running step tasks are cancelled, its active executions too."""
-
-        async def unit(tx: Tx) -> None:
-            if before is not None:
-                await before(tx)
-            found = await store.workflows_lock_many(tx, [workflow_id])
-            if not found or found[0].state in FINISHED:
-                return
-            now = self._clock.now()
-            rows = await store.workflow_steps_in_states(tx, workflow_id, list(ACTIVE))
-            for row in rows:
-                if row.task_id is not None and row.state == StepState.RUNNING:
-                    with contextlib.suppress(StateConflict, NotFound):
-                        await self._tasks.cancel_in(
-                            tx, found[0].scope, row.task_id, reason="the workflow failed",
-                            actor=SYSTEM, audit=False,
-                        )  # fmt: skip
-            await store.workflow_steps_update_many(tx, [
-                replace(r, state=str(StepState.CANCELLED), ended_at=now, due_at=None,
-                        wake_at=None, followed=True, updated_at=now)
-                for r in rows
-            ])  # fmt: skip
-            await store.workflows_update_many(tx, [replace(
-                found[0], state=str(WorkflowState.FAILED), error=error, finished_at=now,
-                updated_at=now,
-            )])  # fmt: skip
-
-        await self._db.run(unit)
-        for event in self._finished.get(workflow_id, ()):
-            event.set()
-
-    async def after(self, advances: Sequence[Advance]) -> None:
-        """After the commit of ``advances``: report them, wake the instances' waiters."""
-        self.observe(advances)
-        for advance in advances:
-            if advance.wf.state in FINISHED:
-                for event in self._finished.get(advance.wf.id, ()):
-                    event.set()
-        self.changed.set()
 
     async def get(self, scope: Scope, workflow_id: str) -> WorkflowRecord:
         async def unit(tx: Tx) -> WorkflowRecord | None:
@@ -505,38 +362,15 @@ class WorkflowService(Control):
         """Record a signal and deliver it to the execution waiting for it, if one does; the
         same idempotency key again answers the first signal and changes nothing."""
 
-        async def act(advance: Advance) -> SignalRecord:
-            if idempotency_key is not None:
-                seen = await store.workflow_signal_get_by_key(
-                    advance.tx, workflow_id, idempotency_key
-                )
-                if seen is not None:
-                    if seen.name != name or seen.payload != payload:
-                        raise IdempotencyConflict(
-                            "this idempotency key was used for another signal; use a new key"
-                        )
-                    return seen
-            if advance.finished:
-                raise StateConflict(f"the workflow is {advance.wf.state}; it takes no signals")
-            signal = SignalRecord(
-                id=new_id("sig_"), workflow_id=workflow_id, name=name, payload=payload,
-                idempotency_key=idempotency_key, state="pending", step_key=None,
-                created_at=advance.now, delivered_at=None,
-            )  # fmt: skip
-            await store.workflow_signal_insert(advance.tx, signal)
-            waiting = await store.workflow_steps_in_states(
-                advance.tx, workflow_id, [StepState.WAITING]
-            )
-            for row in waiting:
-                step = advance.definition.steps[row.step]
-                if row.kind == "signal" and getattr(step, "name", None) == name:
-                    await store.workflow_signal_deliver(advance.tx, signal.id, row.key, advance.now)
-                    await advance.deliver(advance.rows.setdefault(row.key, row), payload)
-                    return replace(signal, state="delivered", step_key=row.key)
-            return signal
-
-        signal, _ = await self.run_locked(scope, workflow_id, act)
-        return signal
+        signal = SignalRecord(
+            id=new_id("sig_"), workflow_id=workflow_id, name=name, payload=payload,
+            idempotency_key=idempotency_key, state="pending", step_key=None,
+            created_at=self._clock.now(), delivered_at=None,
+        )  # fmt: skip
+        advance = await self.advancement.run_one(scope, workflow_id, [SignalSent(signal)])
+        answer = advance.answer
+        assert isinstance(answer, SignalRecord)
+        return answer
 
 
 def _waits(row: StepRecord) -> bool:
