@@ -200,8 +200,8 @@ class WorkerService:
         if task.gate_id is not None:
             gates = await lstore.gates_open(tx, [task.gate_id])
             if not gates[task.gate_id]:
-                await self._back_to_pending(
-                    tx, task, Event.START_DENIED_GATE, now, cause="gate_closed"
+                await apply(
+                    tx, [transition(task, Event.START_DENIED_GATE, cause="gate_closed")], now
                 )
                 return StartAnswer(ref, StartVerdict.DENIED_GATE)
         expires_at, deadline = await self._record_start(tx, task, ref, now)
@@ -364,7 +364,7 @@ class WorkerService:
             SideEffect(task.side_effect),
             safe_to_retry=bool((error or {}).get("safe_to_retry", False)),
         )
-        await self._end_running(tx, task, chosen, now, result=report.result, error=error)
+        await apply(tx, [self._ending(task, chosen, now, result=report.result, error=error)], now)
         return Outcome.ACCEPTED
 
     @staticmethod
@@ -379,9 +379,8 @@ class WorkerService:
         reported = attempt.cause in ("completed", "cancelled", "error")
         return Outcome.ALREADY if reported else Outcome.STALE
 
-    async def _end_running(
+    def _ending(
         self,
-        tx: Tx,
         task: TaskRecord,
         event: Event,
         now: datetime,
@@ -389,21 +388,15 @@ class WorkerService:
         result: Any = None,
         error: dict[str, Any] | None = None,
         cause: str | None = None,
-    ) -> None:
+    ) -> Transition:
+        """How a running attempt ends on ``event``: a cancel asked for is honoured, a retry
+        waits out the task's backoff."""
         event = honour_cancel(event, task.cancel_requested)
         run_at = None
         if TRANSITIONS[(TaskState.RUNNING, event)] is TaskState.SCHEDULED:
             delay = self._policy(task).backoff_ms(task.attempts)
             run_at = now + timedelta(milliseconds=delay)
-        change = transition(task, event, result=result, error=error, cause=cause, run_at=run_at)
-        await apply(tx, [change], now)
-
-    @staticmethod
-    async def _back_to_pending(
-        tx: Tx, task: TaskRecord, event: Event, now: datetime, *, cause: str
-    ) -> None:
-        """Leased work that never started returns without using an attempt."""
-        await apply(tx, [transition(task, event, cause=cause)], now)
+        return transition(task, event, result=result, error=error, cause=cause, run_at=run_at)
 
     @staticmethod
     def _policy(task: TaskRecord) -> RetryPolicy:
@@ -422,13 +415,15 @@ class WorkerService:
         async def unit(tx: Tx) -> list[bool]:
             now = self._clock.now()
             out = []
+            changes: list[Transition] = []
             for ref in refs:
                 task = await _lock_fenced(tx, ref)
                 if task is None or task.state != TaskState.LEASED or _expired(task, now):
                     out.append(False)
                     continue
-                await self._back_to_pending(tx, task, Event.RELEASE, now, cause="released")
+                changes.append(transition(task, Event.RELEASE, cause="released"))
                 out.append(True)
+            await apply(tx, changes, now)  # all of them together
             return out
 
         return await self._db.run(unit)
@@ -447,14 +442,14 @@ class WorkerService:
 
         async def unit(tx: Tx) -> int:
             now = self._clock.now()
-            handled = 0
+            changes: list[Transition] = []
             for task_id, scope in await lstore.leases_expired(tx, now, limit=limit):
                 task = await store.task_get(tx, scope, task_id, lock=True)
                 if task is None or task.lease_expires_at is None or task.lease_expires_at > now:
                     continue
                 if task.state == TaskState.LEASED:
-                    await self._back_to_pending(
-                        tx, task, Event.LEASE_EXPIRED_UNSTARTED, now, cause="lease_expired"
+                    changes.append(
+                        transition(task, Event.LEASE_EXPIRED_UNSTARTED, cause="lease_expired")
                     )
                 elif task.state == TaskState.RUNNING:
                     event = lease_lost_event(
@@ -471,11 +466,9 @@ class WorkerService:
                         "retryable": event is not Event.OUTCOME_UNKNOWN,
                     }
                     cause = "timeout" if timed_out else "lease_expired"
-                    await self._end_running(tx, task, event, now, error=error, cause=cause)
-                else:
-                    continue
-                handled += 1
-            return handled
+                    changes.append(self._ending(task, event, now, error=error, cause=cause))
+            await apply(tx, changes, now)  # the whole pass in a few statements
+            return len(changes)
 
         return await self._db.run(unit)
 
