@@ -135,17 +135,15 @@ class Runner:
         self, workflow_ids: list[str], events: list[TaskEventRecord], mode: Mode
     ) -> int:
         """Mark ``events`` processed and advance their instances, in one transaction."""
-        marked: set[str] = set()
 
-        async def unit(tx: Tx) -> list[Advance]:
-            marked.clear()
-            marked.update(await self._events.mark_many_in(tx, events))
+        async def unit(tx: Tx) -> tuple[list[Advance], int]:
+            marked = await self._events.mark_many_in(tx, events)
             fresh = [e for e in events if e.id in marked]
             if mode is Mode.FAIL:
                 failed = await self._advancement.fail_alone_in(
                     tx, workflow_ids[0], ADVANCEMENT_FAILED
                 )
-                return [] if failed is None else [failed]
+                return ([] if failed is None else [failed]), len(marked)
             tasks = {t.id: t for t in await self._tasks.read_many_in(
                 tx, [e.task_id for e in fresh])}  # fmt: skip
             by_instance: dict[str, list[Event]] = defaultdict(list)
@@ -153,13 +151,14 @@ class Runner:
                 task = tasks.get(event.task_id)
                 if event.owner_id is not None and task is not None:
                     by_instance[event.owner_id].append(TaskEnded(task, event.state))
-            return await self._advancement.advance_in(
+            advances = await self._advancement.advance_in(
                 tx, workflow_ids, by_instance, defer=mode is Mode.DEFER
             )
+            return advances, len(marked)
 
-        advances = await self._db.run(unit)
+        advances, handled = await self._db.run(unit)
         await self._advancement.after(advances)
-        return len(marked)
+        return handled
 
     # -- waits --------------------------------------------------------------------------------
 
