@@ -33,6 +33,7 @@ from orbit_server.runtime.roles import Supervisor
 from orbit_server.store import Database, open_database
 from orbit_server.store.migrate import schema_status
 from orbit_server.weave.advance import Advance
+from orbit_server.weave.control import Control
 from orbit_server.weave.runner import Runner, events_loop, waits_loop
 from orbit_server.weave.service import WorkflowService
 
@@ -167,6 +168,7 @@ async def build_node(
         scheduler=scheduler,
         sessions=sessions,
         workflows=workflows,
+        workflow_control=Control(workflows.advancement),
         runner=runner,
         watch=watch,
         submit_limiter=RateLimiter(settings.submit_rate_per_key, settings.submit_burst_per_key),

@@ -171,11 +171,11 @@ async def test_resume_does_not_follow_a_branch_of_a_parallel_that_failed_meanwhi
     lb = await node.workers.claim(SCOPE, WORKER, [Want("wf", "b", 1)], limit=1)
     for lease in la + lb:
         await node.workers.start(lease.ref)
-    await node.workflows.pause(SCOPE, wf.id, reason=None, actor=ACTOR)
+    await node.workflow_control.pause(SCOPE, wf.id, reason=None, actor=ACTOR)
     await node.workers.fail(la[0].ref, {"code": "boom", "message": "x"}, retryable=False)
     await node.workers.complete(lb[0].ref, {})
     await settle(node)  # recorded, not followed
-    await node.workflows.resume(SCOPE, wf.id, reason=None, actor=ACTOR)
+    await node.workflow_control.resume(SCOPE, wf.id, reason=None, actor=ACTOR)
     rows = await steps(node, wf.id)
     assert "b2" not in rows and rows["cleanup"].state == "running"
 
@@ -221,7 +221,7 @@ async def test_a_skip_racing_the_result_event_enters_the_next_step_once(
     consuming = asyncio.create_task(node.runner.consume())
     await reached.wait()  # the events are marked, the instance not locked yet
     monkeypatch.setattr(wstore, "workflows_lock_many", original)
-    await node.workflows.skip_step(SCOPE, wf.id, "slow", output={"given": True}, actor=ACTOR)
+    await node.workflow_control.skip_step(SCOPE, wf.id, "slow", output={"given": True}, actor=ACTOR)
     release.set()
     await consuming
     rows = await steps(node, wf.id)

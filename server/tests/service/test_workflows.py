@@ -210,8 +210,8 @@ async def test_a_failed_task_follows_on_failure_else_fails_the_workflow_and_can_
     assert failed.state == "failed" and failed.error is not None
     assert failed.error["step"] == "one" and failed.error["code"] == "boom"
     with pytest.raises(NotFound):  # never reached
-        await node.workflows.retry_step(SCOPE, wf.id, "two", actor=ACTOR)
-    again = await node.workflows.retry_step(SCOPE, wf.id, "one", actor=ACTOR)
+        await node.workflow_control.retry_step(SCOPE, wf.id, "two", actor=ACTOR)
+    again = await node.workflow_control.retry_step(SCOPE, wf.id, "one", actor=ACTOR)
     assert again.state == "running" and again.error is None
     assert await run(node) == 2
     assert (await get(node, wf.id)).state == "succeeded"
@@ -603,12 +603,12 @@ async def test_pause_lets_started_work_finish_starts_nothing_new_and_resume_goes
         ),
     )
     wf = await start(node, "p", {"items": list(range(8))})
-    paused = await node.workflows.pause(SCOPE, wf.id, reason="maintenance", actor=ACTOR)
+    paused = await node.workflow_control.pause(SCOPE, wf.id, reason="maintenance", actor=ACTOR)
     assert paused.state == "paused" and paused.control_version == 1
     assert await work(node) == []  # the gate holds the five pending tasks back
-    await node.workflows.resume(SCOPE, wf.id, reason=None, actor=ACTOR)
+    await node.workflow_control.resume(SCOPE, wf.id, reason=None, actor=ACTOR)
     leases = await work(node, limit=3)  # three start ...
-    await node.workflows.pause(SCOPE, wf.id, reason=None, actor=ACTOR)
+    await node.workflow_control.pause(SCOPE, wf.id, reason=None, actor=ACTOR)
     await settle(node)
     rows = await steps(node, wf.id)
     assert sum(1 for r in rows.values() if r.item is not None and r.state == "succeeded") == 3
@@ -616,20 +616,20 @@ async def test_pause_lets_started_work_finish_starts_nothing_new_and_resume_goes
     assert len(started) == 5  # ... none new
     assert len(leases) == 3
     assert await work(node) == []
-    resumed = await node.workflows.resume(SCOPE, wf.id, reason=None, actor=ACTOR)
+    resumed = await node.workflow_control.resume(SCOPE, wf.id, reason=None, actor=ACTOR)
     assert resumed.control_version == 4
     await run(node)
     assert (await steps(node, wf.id))["nap"].state == "waiting"
-    await node.workflows.pause(SCOPE, wf.id, reason=None, actor=ACTOR)
+    await node.workflow_control.pause(SCOPE, wf.id, reason=None, actor=ACTOR)
     clock.advance(timedelta(seconds=5))
     await settle(node)  # the due timer is parked, not fired
     assert (await steps(node, wf.id))["nap"].state == "waiting"
-    await node.workflows.resume(SCOPE, wf.id, reason=None, actor=ACTOR)
+    await node.workflow_control.resume(SCOPE, wf.id, reason=None, actor=ACTOR)
     await settle(node)
     assert await run(node, type_="last") == 1
     assert (await get(node, wf.id)).state == "succeeded"
     with pytest.raises(StateConflict):
-        await node.workflows.pause(SCOPE, wf.id, reason=None, actor=ACTOR)
+        await node.workflow_control.pause(SCOPE, wf.id, reason=None, actor=ACTOR)
 
 
 async def test_cancel_cancels_the_step_tasks_through_pulse(node: Node) -> None:
@@ -651,12 +651,12 @@ async def test_cancel_cancels_the_step_tasks_through_pulse(node: Node) -> None:
     )
     wf = await start(node, "c", {})
     assert await work(node) == [{}]  # "a" ran; "b" (another type) is pending
-    cancelled = await node.workflows.cancel(SCOPE, wf.id, reason="not needed", actor=ACTOR)
+    cancelled = await node.workflow_control.cancel(SCOPE, wf.id, reason="not needed", actor=ACTOR)
     assert cancelled.state == "cancelled" and cancelled.finished_at is not None
     assert (await task_states(node, wf.id))["b"] == "cancelled"
     await settle(node)  # the result event of "a" changes nothing now
     assert (await get(node, wf.id)).state == "cancelled"
-    again = await node.workflows.cancel(SCOPE, wf.id, reason=None, actor=ACTOR)
+    again = await node.workflow_control.cancel(SCOPE, wf.id, reason=None, actor=ACTOR)
     assert again.state == "cancelled"
 
 
@@ -685,10 +685,10 @@ async def test_unsafe_work_of_unknown_outcome_puts_the_workflow_in_review_until_
     assert (await get(node, wf.id)).state == "needs_review"
     assert (await steps(node, wf.id))["pay"].state == "needs_review"
     with pytest.raises(NotFound):  # not reached
-        await node.workflows.resolve_step(
+        await node.workflow_control.resolve_step(
             SCOPE, wf.id, "after", succeeded=True, output=None, error=None, actor=ACTOR
         )
-    await node.workflows.resolve_step(
+    await node.workflow_control.resolve_step(
         SCOPE, wf.id, "pay", succeeded=True, output={"ok": 1}, error=None, actor=ACTOR
     )
     await settle(node)
@@ -702,7 +702,7 @@ async def test_skip_supplies_a_steps_output_and_the_workflow_goes_on(node: Node)
         body("s", [task("slow", next="next"), task("next", "next", params="steps.slow.output")]),
     )
     wf = await start(node, "s", {})
-    await node.workflows.skip_step(SCOPE, wf.id, "slow", output={"given": True}, actor=ACTOR)
+    await node.workflow_control.skip_step(SCOPE, wf.id, "slow", output={"given": True}, actor=ACTOR)
     assert (await task_states(node, wf.id))["slow"] == "cancelled"
     assert await work(node, type_="next") == [{"given": True}]
     await settle(node)
@@ -953,11 +953,11 @@ async def test_a_succeed_steps_own_output_wins_over_the_definitions(node: Node) 
 async def test_resume_wakes_the_dispatch_of_the_queues_its_tasks_wait_in(node: Node) -> None:
     await publish(node, body("held", [task("a")]))
     wf = await start(node, "held", {})
-    await node.workflows.pause(SCOPE, wf.id, reason=None, actor=ACTOR)
+    await node.workflow_control.pause(SCOPE, wf.id, reason=None, actor=ACTOR)
     woken = node.watch.queue_event(SCOPE, "wf")  # as a dispatch loop of the queue holds it
     woken.clear()
     node.watch.take_work(SCOPE, "wf")
-    await node.workflows.resume(SCOPE, wf.id, reason=None, actor=ACTOR)
+    await node.workflow_control.resume(SCOPE, wf.id, reason=None, actor=ACTOR)
     assert woken.is_set() and node.watch.take_work(SCOPE, "wf")
     assert await work(node) == [{}]
 

@@ -20,6 +20,7 @@ from orbit_server.runtime.health import ReadinessProbe
 from orbit_server.runtime.ratelimit import RateLimiter
 from orbit_server.runtime.roles import Supervisor
 from orbit_server.store import Database, ServerInfo
+from orbit_server.weave.control import Control
 from orbit_server.weave.runner import Runner
 from orbit_server.weave.service import WorkflowService
 
@@ -44,6 +45,7 @@ class Node:
     scheduler: Scheduler  # its loop runs with the scheduler role
     sessions: SessionService
     workflows: WorkflowService
+    workflow_control: Control  # pause, resume, cancel and step recovery (audited)
     runner: Runner  # its loops run with the advancement and events roles
     watch: TaskWatch
     submit_limiter: RateLimiter

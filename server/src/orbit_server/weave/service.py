@@ -1,5 +1,5 @@
 """Weave's use cases (SPEC W1, W5, W7, W8, W10): publish and read definitions; start, read,
-list, signal, pause, resume and cancel instances; an operator's step recovery. Each is one
+list and signal instances. Each is one
 short transaction that locks the instance first (boundary 1 of W3) and commits the steps'
 tasks with its change (through :class:`~orbit_server.weave.advance.Advancement`); pushes and
 wake-ups happen after the commit. Control and recovery are
@@ -29,7 +29,6 @@ from orbit_server.store import Database, DuplicateKey, Tx
 from orbit_server.store import weave as store
 from orbit_server.store.weave import DefinitionRecord, SignalRecord, StepRecord, WorkflowRecord
 from orbit_server.weave.advance import Advance, Advancement
-from orbit_server.weave.control import Control
 from orbit_server.weave.definition import (
     Definition,
     DefinitionError,
@@ -58,8 +57,8 @@ class Inspection:
 
 
 class WorkflowService:
-    """Definitions, instances, signals and history; :attr:`control` has the operator's
-    calls (its methods are this service's too, for the adapters)."""
+    """Definitions, instances, signals and history. The operator's calls on instances are
+    :class:`~orbit_server.weave.control.Control`'s, built on :attr:`advancement`."""
 
     def __init__(
         self,
@@ -85,16 +84,8 @@ class WorkflowService:
         self.advancement = Advancement(
             db, clock, audit, self._pulse, tasks, self.definitions, limits
         )
-        self.control = Control(self.advancement)
         self.changed = self.advancement.changed  # set when wait times may have changed
         self._finished = self.advancement.waiters
-        # The operator's calls, as the adapters find them.
-        self.pause = self.control.pause
-        self.resume = self.control.resume
-        self.cancel = self.control.cancel
-        self.retry_step = self.control.retry_step
-        self.skip_step = self.control.skip_step
-        self.resolve_step = self.control.resolve_step
 
     @property
     def observe(self) -> Callable[[Sequence[Advance]], None]:

@@ -278,7 +278,7 @@ async def pause_workflow(
     workflow_id: FromPath[str], principal: PrincipalDep, node: NodeDep,
     data: JSONBody[ControlIn | None] = None,
 ) -> Workflow:  # fmt: skip
-    return await _steered(node.workflows.pause, node, principal, workflow_id, data)
+    return await _steered(node.workflow_control.pause, node, principal, workflow_id, data)
 
 
 @post(
@@ -293,7 +293,7 @@ async def resume_workflow(
     workflow_id: FromPath[str], principal: PrincipalDep, node: NodeDep,
     data: JSONBody[ControlIn | None] = None,
 ) -> Workflow:  # fmt: skip
-    return await _steered(node.workflows.resume, node, principal, workflow_id, data)
+    return await _steered(node.workflow_control.resume, node, principal, workflow_id, data)
 
 
 @post(
@@ -308,7 +308,7 @@ async def cancel_workflow(
     workflow_id: FromPath[str], principal: PrincipalDep, node: NodeDep,
     data: JSONBody[ControlIn | None] = None,
 ) -> Workflow:  # fmt: skip
-    return await _steered(node.workflows.cancel, node, principal, workflow_id, data)
+    return await _steered(node.workflow_control.cancel, node, principal, workflow_id, data)
 
 
 @post(
@@ -323,7 +323,9 @@ async def retry_step(
     workflow_id: FromPath[str], key: FromPath[str], principal: PrincipalDep, node: NodeDep,
     data: JSONBody[RetryIn | None] = None,
 ) -> Workflow:  # fmt: skip
-    await node.workflows.retry_step(principal.scope, workflow_id, key, actor=actor_of(principal))
+    await node.workflow_control.retry_step(
+        principal.scope, workflow_id, key, actor=actor_of(principal)
+    )
     return await _control(node, principal, workflow_id)
 
 
@@ -339,7 +341,7 @@ async def skip_step(
     workflow_id: FromPath[str], key: FromPath[str], principal: PrincipalDep, node: NodeDep,
     data: JSONBody[SkipIn | None] = None,
 ) -> Workflow:  # fmt: skip
-    await node.workflows.skip_step(
+    await node.workflow_control.skip_step(
         principal.scope, workflow_id, key, output=data.output if data else None,
         actor=actor_of(principal),
     )  # fmt: skip
@@ -365,7 +367,7 @@ async def resolve_step(
         raise InvalidRequest("a failed outcome needs error {code, message}")
     error = None if data.error is None else {"code": data.error.code,
                                              "message": data.error.message}  # fmt: skip
-    await node.workflows.resolve_step(
+    await node.workflow_control.resolve_step(
         principal.scope, workflow_id, key, succeeded=succeeded, output=data.output, error=error,
         actor=actor_of(principal),
     )  # fmt: skip
