@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from orbit_server.clock import Clock
+from orbit_server.governance.model import AuditEntry
 from orbit_server.ids import new_id
 from orbit_server.scope import Scope
 from orbit_server.store import Tx
 from orbit_server.store import governance as gov
-from orbit_server.store.governance import AuditRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +40,8 @@ class AuditWriter:
         target_kind: str,
         target_id: str,
         details: dict[str, Any] | None = None,
-    ) -> AuditRecord:
-        record = AuditRecord(
+    ) -> AuditEntry:
+        record = AuditEntry(
             id=new_id("aud_"),
             scope=scope,
             actor=actor.name,

@@ -14,12 +14,12 @@ import pytest
 from orbit_server.clock import FakeClock
 from orbit_server.errors import InvalidRequest
 from orbit_server.pulse.loops import scheduler_loop
+from orbit_server.pulse.schedule_model import Backfill
 from orbit_server.pulse.scheduler import INTERNAL_FAILURE, PassReport
 from orbit_server.pulse.schedules import Definition, TimingSpec
 from orbit_server.runtime.node import Node
 from orbit_server.store import Tx
 from orbit_server.store import schedules as sstore
-from orbit_server.store.schedules import BackfillRecord
 from tests.conftest import SCOPE
 from tests.service.test_schedules import ACTOR, START, create, every, ledger, offsets, run
 
@@ -27,7 +27,7 @@ from tests.service.test_schedules import ACTOR, START, create, every, ledger, of
 async def stored_backfill(node: Node, name: str, start: datetime, end: datetime) -> str:
     """A running backfill written as an earlier release accepted it, unchecked."""
     schedule = (await node.schedules.get(SCOPE, name)).schedule
-    record = BackfillRecord(
+    record = Backfill(
         id=f"bkf_{name}", schedule_id=schedule.id, scope=SCOPE, schedule=name, from_at=start,
         to_at=end, cursor_at=None, state="running", fired=0, existing=0,
         created_at=node.clock.now(), finished_at=None,

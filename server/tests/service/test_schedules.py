@@ -14,13 +14,13 @@ from orbit_server.bootstrap import build_node
 from orbit_server.clock import FakeClock
 from orbit_server.config import Settings
 from orbit_server.errors import AlreadyExists, InvalidRequest, NotFound, StateConflict
+from orbit_server.pulse.schedule_model import FireEntry
 from orbit_server.pulse.scheduler import PassReport
 from orbit_server.pulse.schedules import Catchup, Definition, Overlap, TimingSpec
 from orbit_server.pulse.service import QueueSettings
 from orbit_server.runtime.node import Node
 from orbit_server.store import Database
 from orbit_server.store import schedules as sstore
-from orbit_server.store.schedules import FireRecord
 from tests.conftest import SCOPE
 
 ACTOR = Actor("test")
@@ -68,13 +68,13 @@ async def run(node: Node) -> PassReport:
         total.lags += report.lags
 
 
-async def ledger(node: Node, name: str) -> list[FireRecord]:
+async def ledger(node: Node, name: str) -> list[FireEntry]:
     """The schedule's ledger, oldest first."""
     fires = await node.schedules.fires(SCOPE, name, before=None, limit=500)
     return fires[::-1]
 
 
-def offsets(fires: list[FireRecord], outcome: str) -> list[float]:
+def offsets(fires: list[FireEntry], outcome: str) -> list[float]:
     """Fire times of the outcome, as seconds after the clock's start."""
     return [(f.fire_at - START).total_seconds() for f in fires if f.outcome == outcome]
 

@@ -13,7 +13,7 @@ from orbit_server.audit import Actor
 from orbit_server.bootstrap import build_node
 from orbit_server.clock import FakeClock
 from orbit_server.config import Settings
-from orbit_server.pulse.model import TaskSpec
+from orbit_server.pulse.model import Queue, TaskSpec
 from orbit_server.pulse.retry import RetryPolicy
 from orbit_server.pulse.service import QueueSettings
 from orbit_server.pulse.states import SideEffect
@@ -48,7 +48,7 @@ async def claim(node: Node, session: Session = ALICE, free: int = 100, **want: o
     return await node.workers.claim(SCOPE, session, [w], limit=free)
 
 
-async def queue(node: Node) -> store.QueueRecord:
+async def queue(node: Node) -> Queue:
     found = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "emails"))
     assert found is not None
     return found
@@ -468,7 +468,7 @@ async def test_operator_retry_gives_a_new_attempt(node: Node, clock: FakeClock) 
 async def test_result_events_are_consumed_exactly_once(node: Node) -> None:
     from orbit_server.pulse.events import EventConsumer
     from orbit_server.store import Tx
-    from orbit_server.store.pulse import TaskEventRecord
+    from orbit_server.store.pulse import ResultEvent
 
     for _ in range(3):
         [task_id] = await submit(node)
@@ -476,7 +476,7 @@ async def test_result_events_are_consumed_exactly_once(node: Node) -> None:
     consumer = EventConsumer(node.db, node.clock)
     seen: list[str] = []
 
-    async def handle(tx: Tx, event: TaskEventRecord) -> None:
+    async def handle(tx: Tx, event: ResultEvent) -> None:
         seen.append(event.task_id)
 
     pending = await consumer.pending()
@@ -487,7 +487,7 @@ async def test_result_events_are_consumed_exactly_once(node: Node) -> None:
     assert sorted(seen) == sorted(e.task_id for e in pending)
     assert await consumer.pending() == []
 
-    async def crash(tx: Tx, event: TaskEventRecord) -> None:
+    async def crash(tx: Tx, event: ResultEvent) -> None:
         raise RuntimeError("consumer crashed")
 
     [task_id] = await submit(node)
@@ -505,7 +505,7 @@ async def test_retention_prunes_finished_history_within_a_budget(
     from orbit_server.pulse.events import EventConsumer
     from orbit_server.pulse.model import Owner
     from orbit_server.store import Tx
-    from orbit_server.store.pulse import TaskEventRecord
+    from orbit_server.store.pulse import ResultEvent
 
     old = await submit(node, 3, owner=Owner("workflow", "wf_1", "step"))
     for task_id in old:
@@ -518,7 +518,7 @@ async def test_retention_prunes_finished_history_within_a_budget(
     # Events of owned tasks not yet processed by their owner keep the tasks.
     assert await node.tasks.prune_finished(retention_ms) == 0
 
-    async def ignore(tx: Tx, event: TaskEventRecord) -> None:
+    async def ignore(tx: Tx, event: ResultEvent) -> None:
         return None
 
     await EventConsumer(node.db, node.clock).drain(ignore)

@@ -11,7 +11,7 @@ from orbit_server.audit import Actor
 from orbit_server.pulse.worker import Outcome, Session, Want
 from orbit_server.runtime.node import Node
 from orbit_server.store import pulse as pstore
-from orbit_server.store.weave import StepRecord, WorkflowRecord
+from orbit_server.weave.model import StepExecution, Workflow
 from tests.conftest import SCOPE
 
 ACTOR = Actor("test")
@@ -32,7 +32,7 @@ async def publish(node: Node, definition: dict[str, Any]) -> None:
     await node.workflows.publish(SCOPE, definition, actor=ACTOR)
 
 
-async def start(node: Node, name: str, input_: Any = None, **more: Any) -> WorkflowRecord:
+async def start(node: Node, name: str, input_: Any = None, **more: Any) -> Workflow:
     seen, created = await node.workflows.start(
         SCOPE, name, version=more.pop("version", None), input_=input_,
         idempotency_key=more.pop("idempotency_key", None),
@@ -95,11 +95,11 @@ async def run(node: Node, handler: Handler | None = None, **kw: Any) -> int:
         total += len(ran)
 
 
-async def get(node: Node, workflow_id: str) -> WorkflowRecord:
+async def get(node: Node, workflow_id: str) -> Workflow:
     return await node.workflows.get(SCOPE, workflow_id)
 
 
-async def steps(node: Node, workflow_id: str) -> dict[str, StepRecord]:
+async def steps(node: Node, workflow_id: str) -> dict[str, StepExecution]:
     """Every step execution by key."""
     rows = await node.workflows.steps(SCOPE, workflow_id, after=0, limit=500)
     found = {r.key: r for r in rows}

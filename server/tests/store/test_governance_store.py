@@ -7,15 +7,15 @@ from datetime import timedelta
 import pytest
 
 from orbit_server.clock import FakeClock
+from orbit_server.governance.model import ApiKey, AuditEntry
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
 from orbit_server.store import governance as gov
-from orbit_server.store.governance import ApiKeyRecord, AuditRecord
 
 SCOPE = Scope("acme", "prod")
 
 
-def key(key_id: str, clock: FakeClock, scope: Scope = SCOPE, **overrides: object) -> ApiKeyRecord:
+def key(key_id: str, clock: FakeClock, scope: Scope = SCOPE, **overrides: object) -> ApiKey:
     fields: dict[str, object] = {
         "id": key_id,
         "scope": scope,
@@ -27,7 +27,7 @@ def key(key_id: str, clock: FakeClock, scope: Scope = SCOPE, **overrides: object
         "revoked_at": None,
     }
     fields.update(overrides)
-    return ApiKeyRecord(**fields)  # type: ignore[arg-type]
+    return ApiKey(**fields)  # type: ignore[arg-type]
 
 
 async def test_execute_many_inserts_every_row(db: Database, clock: FakeClock) -> None:
@@ -110,7 +110,7 @@ async def test_key_round_trips_and_scope_hides_foreign_keys(db: Database, clock:
     assert found == record
     assert scoped == record
     assert foreign_tenant is None and foreign_env is None and missing is None
-    assert isinstance(unrestricted, ApiKeyRecord)
+    assert isinstance(unrestricted, ApiKey)
     assert unrestricted.queues is None and unrestricted.roles == ("admin",)
     assert found.created_at == clock.now()  # microseconds and UTC survive the round trip
 
@@ -137,7 +137,7 @@ async def test_key_list_pages_in_id_order_per_scope(db: Database, clock: FakeClo
     await db.run(insert)
 
     async def page(after: str, scope: Scope | None = SCOPE) -> list[str]:
-        async def unit(tx: Tx) -> list[ApiKeyRecord]:
+        async def unit(tx: Tx) -> list[ApiKey]:
             return await gov.key_list(tx, scope, limit=2, after=after)
 
         return [k.id for k in await db.read(unit)]
@@ -168,7 +168,7 @@ async def test_key_revoke_is_fenced_to_one_change(db: Database, clock: FakeClock
 
     assert await db.run(missing) is False
 
-    async def read(tx: Tx) -> ApiKeyRecord | None:
+    async def read(tx: Tx) -> ApiKey | None:
         return await gov.key_get(tx, "k1")
 
     found = await db.read(read)
@@ -195,8 +195,8 @@ async def test_keys_unusable_are_the_revoked_and_the_missing(
 
 @pytest.mark.covers("audit_insert", "audit_list")
 async def test_audit_lists_newest_first_by_scope_and_target(db: Database, clock: FakeClock) -> None:
-    def record(i: int, scope: Scope = SCOPE, target: str = "k1") -> AuditRecord:
-        return AuditRecord(
+    def record(i: int, scope: Scope = SCOPE, target: str = "k1") -> AuditEntry:
+        return AuditEntry(
             id=f"aud_{i:03d}",
             scope=scope,
             actor="cli",
@@ -217,8 +217,8 @@ async def test_audit_lists_newest_first_by_scope_and_target(db: Database, clock:
 
     async def listing(
         before: str = gov.LAST, target: tuple[str, str] | None = None
-    ) -> list[AuditRecord]:
-        async def unit(tx: Tx) -> list[AuditRecord]:
+    ) -> list[AuditEntry]:
+        async def unit(tx: Tx) -> list[AuditEntry]:
             return await gov.audit_list(tx, SCOPE, limit=2, before=before, target=target)
 
         return await db.read(unit)

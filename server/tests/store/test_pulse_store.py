@@ -8,21 +8,20 @@ from datetime import timedelta
 import pytest
 
 from orbit_server.clock import FakeClock
-from orbit_server.pulse.model import Owner, TaskSpec, new_task
+from orbit_server.pulse.model import Owner, Queue, ResultEvent, Task, TaskSpec, new_task
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
 from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
 from orbit_server.store import tasks as tstore
 from orbit_server.store.base import DuplicateKey
-from orbit_server.store.pulse import TaskEventRecord, TaskRecord
 from orbit_server.store.tasks import TaskMove
 
 SCOPE = Scope("acme", "prod")
 OTHER = Scope("acme", "staging")
 
 
-def task(clock: FakeClock, task_id: str, scope: Scope = SCOPE, **spec: object) -> TaskRecord:
+def task(clock: FakeClock, task_id: str, scope: Scope = SCOPE, **spec: object) -> Task:
     fields: dict[str, object] = {"queue": "emails", "type": "send"}
     fields.update(spec)
     return new_task(
@@ -34,7 +33,7 @@ def task(clock: FakeClock, task_id: str, scope: Scope = SCOPE, **spec: object) -
     )
 
 
-async def insert(db: Database, *tasks: TaskRecord) -> None:
+async def insert(db: Database, *tasks: Task) -> None:
     async def unit(tx: Tx) -> None:
         for t in tasks:
             await store.task_insert(tx, t)
@@ -80,7 +79,7 @@ async def test_queues_are_created_once_listed_and_configured(
 
     plain, locked, missing, names, after = await db.run(read)
     assert plain == locked and missing is None
-    assert isinstance(plain, store.QueueRecord)
+    assert isinstance(plain, Queue)
     assert (plain.paused, plain.concurrency_limit, plain.key_concurrency, plain.max_pending) == (
         True,
         5,
@@ -218,7 +217,7 @@ async def test_an_idempotency_key_is_unique_per_scope(db: Database, clock: FakeC
 async def test_many_tasks_and_ready_rows_go_in_at_once(db: Database, clock: FakeClock) -> None:
     many = [task(clock, f"m{i}", params={"i": i}) for i in range(5)]
 
-    async def unit(tx: Tx) -> tuple[list[TaskRecord | None], bool]:
+    async def unit(tx: Tx) -> tuple[list[Task | None], bool]:
         await store.tasks_insert_many(tx, many)
         await store.task_ready_insert_many(tx, many[:2])
         await store.tasks_insert_many(tx, [])  # nothing to do
@@ -236,7 +235,7 @@ async def test_task_lists_page_newest_first_by_filter(db: Database, clock: FakeC
     await insert(db, *tasks, task(clock, "x9", OTHER))
 
     async def ids(**filters: object) -> list[str]:
-        async def unit(tx: Tx) -> list[TaskRecord]:
+        async def unit(tx: Tx) -> list[Task]:
             return await store.task_list(tx, SCOPE, **filters)  # type: ignore[arg-type]
 
         return [t.id for t in await db.read(unit)]
@@ -291,7 +290,7 @@ async def test_unstarted_tasks_finish_fenced_and_running_ones_are_asked(
     await insert(db, pending, running)
     now = clock.advance(timedelta(seconds=1))
 
-    def cancel(t: TaskRecord, reason: str | None) -> TaskMove:
+    def cancel(t: Task, reason: str | None) -> TaskMove:
         return TaskMove(t.id, t.state, t.lease_epoch, "cancelled", reason=reason)
 
     async def finish(tx: Tx) -> int:
@@ -323,8 +322,8 @@ async def test_unstarted_tasks_finish_fenced_and_running_ones_are_asked(
 async def test_result_events_are_unique_per_task_attempt_and_state(
     db: Database, clock: FakeClock
 ) -> None:
-    def event(i: int, state: str = "succeeded", attempt: int = 1) -> TaskEventRecord:
-        return TaskEventRecord(
+    def event(i: int, state: str = "succeeded", attempt: int = 1) -> ResultEvent:
+        return ResultEvent(
             id=f"evt_{i:02d}", scope=SCOPE, task_id=f"t{i}", attempt=attempt, state=state,
             owner_kind="workflow" if i % 2 else None, owner_id="wf" if i % 2 else None,
             created_at=clock.now(),
@@ -332,7 +331,7 @@ async def test_result_events_are_unique_per_task_attempt_and_state(
 
     await insert(db, *(task(clock, f"t{i}") for i in (1, 2, 3)))
 
-    def event_seq1(i: int, state: str = "succeeded") -> TaskEventRecord:
+    def event_seq1(i: int, state: str = "succeeded") -> ResultEvent:
         return dataclasses.replace(event(i, state), seq=1)
 
     async def unit(tx: Tx) -> list[bool]:

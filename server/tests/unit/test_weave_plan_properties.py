@@ -16,12 +16,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orbit_server.pulse.model import Owner
+from orbit_server.pulse.model import Owner, Task
 from orbit_server.scope import Scope
-from orbit_server.store.pulse import TaskRecord
-from orbit_server.store.weave import SignalRecord, StepRecord, WorkflowRecord
 from orbit_server.weave.definition import Definition, parse
 from orbit_server.weave.engine import ACTIVE, FINISHED
+from orbit_server.weave.model import Signal, StepExecution, Workflow
 from orbit_server.weave.plan import plan
 from orbit_server.weave.view import (
     Active,
@@ -115,12 +114,12 @@ def definitions(draw: st.DrawFn) -> dict[str, Any]:
 class Store:
     """What a database would hold of one instance, and of its tasks."""
 
-    workflow: WorkflowRecord
-    rows: dict[str, StepRecord] = dataclasses.field(default_factory=dict)
+    workflow: Workflow
+    rows: dict[str, StepExecution] = dataclasses.field(default_factory=dict)
     items: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
-    signals: list[SignalRecord] = dataclasses.field(default_factory=list)
-    tasks: dict[str, TaskRecord] = dataclasses.field(default_factory=dict)
-    ended: list[TaskRecord] = dataclasses.field(default_factory=list)  # events to consume
+    signals: list[Signal] = dataclasses.field(default_factory=list)
+    tasks: dict[str, Task] = dataclasses.field(default_factory=dict)
+    ended: list[Task] = dataclasses.field(default_factory=list)  # events to consume
     orders: dict[str, int] = dataclasses.field(default_factory=dict)  # tasks made, by key
 
     def load(self, view: View, need: Any) -> None:
@@ -206,12 +205,12 @@ class Store:
         self.workflow = made.workflow
 
 
-def _record(task_id: str, owner: Owner | None, type_: str, now: datetime) -> TaskRecord:
+def _record(task_id: str, owner: Owner | None, type_: str, now: datetime) -> Task:
     assert owner is not None
-    fields = {f.name: None for f in dataclasses.fields(TaskRecord)}
+    fields = {f.name: None for f in dataclasses.fields(Task)}
     fields.update(id=task_id, owner_kind=owner.kind, owner_id=owner.id, owner_step=owner.step,
                   state="running", type=type_, created_at=now)  # fmt: skip
-    return TaskRecord(**fields)  # type: ignore[arg-type]
+    return Task(**fields)  # type: ignore[arg-type]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -223,7 +222,7 @@ def test_every_instance_ends_and_each_execution_gets_its_task_once(
     now = T0
     input_ = {"flag": data.draw(st.booleans()),
               "items": data.draw(st.lists(st.integers(), max_size=4))}  # fmt: skip
-    wf = WorkflowRecord(
+    wf = Workflow(
         id="wf1", scope=SCOPE, definition="random", version="1", state="running", input=input_,
         output=None, error=None, context={"steps": {}, "visits": {}, "seq": 0}, control_version=0,
         gate_id="gate1", idempotency_key=None, request_hash=None, created_at=now, updated_at=now,
@@ -255,7 +254,7 @@ def test_every_instance_ends_and_each_execution_gets_its_task_once(
             events += [Due(r.key) for r in due if (r.wake_at or now) <= now]
         elif move == "signal":
             name = data.draw(st.sampled_from(NAMES))
-            signal = SignalRecord(
+            signal = Signal(
                 id=f"sig{turn:04}", workflow_id="wf1", name=name, payload={"n": turn},
                 idempotency_key=None, state="pending", step_key=None, created_at=now,
                 delivered_at=None,

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from orbit_server.clock import to_rfc3339
-from orbit_server.store.governance import ApiKeyRecord, AuditRecord
+from orbit_server.governance import model as governance_model
 
 
 class Request(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -76,7 +76,7 @@ class ApiKey(msgspec.Struct):
     revoked: bool
 
     @classmethod
-    def of(cls, key: ApiKeyRecord) -> ApiKey:
+    def of(cls, key: governance_model.ApiKey) -> ApiKey:
         return cls(
             id=key.id,
             tenant=key.scope.tenant,
@@ -111,7 +111,7 @@ class AuditEntry(msgspec.Struct):
     created_at: str
 
     @classmethod
-    def of(cls, record: AuditRecord) -> AuditEntry:
+    def of(cls, record: governance_model.AuditEntry) -> AuditEntry:
         return cls(
             id=record.id,
             actor=record.actor,

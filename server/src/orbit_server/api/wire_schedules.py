@@ -11,9 +11,9 @@ from msgspec import UNSET, UnsetType
 from orbit_server.api.wire import Request
 from orbit_server.api.wire_tasks import TaskTemplate
 from orbit_server.clock import to_rfc3339
+from orbit_server.pulse import schedule_model
 from orbit_server.pulse.schedule_service import ScheduleView
 from orbit_server.pulse.schedules import MAX_CATCHUP
-from orbit_server.store.schedules import BackfillRecord, FireRecord
 
 ScheduleName = Annotated[
     str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
@@ -74,7 +74,7 @@ class Fire(msgspec.Struct):
     recorded_at: str
 
     @classmethod
-    def of(cls, fire: FireRecord) -> Fire:
+    def of(cls, fire: schedule_model.FireEntry) -> Fire:
         return cls(
             fire_time=to_rfc3339(fire.fire_at) or "",
             task_id=fire.task_id,
@@ -163,7 +163,7 @@ class Backfill(msgspec.Struct):
     failure: str | None
 
     @classmethod
-    def of(cls, b: BackfillRecord) -> Backfill:
+    def of(cls, b: schedule_model.Backfill) -> Backfill:
         return cls(
             id=b.id,
             schedule=b.schedule,

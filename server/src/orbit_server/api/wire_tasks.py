@@ -10,8 +10,8 @@ from msgspec import UNSET, UnsetType
 
 from orbit_server.api.wire import Request
 from orbit_server.clock import to_rfc3339
+from orbit_server.pulse import model as pulse_model
 from orbit_server.pulse.service import QueueView
-from orbit_server.store.pulse import AttemptRecord, TaskRecord
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[^\s]+$")]
 # No leading or trailing blanks: MySQL-family collations ignore trailing spaces in comparisons,
@@ -113,7 +113,7 @@ class Task(msgspec.Struct):
     cancel_reason: str | None
 
     @classmethod
-    def of(cls, task: TaskRecord) -> Task:
+    def of(cls, task: pulse_model.Task) -> Task:
         owner = (
             TaskOwner(task.owner_kind, task.owner_id, task.owner_step)
             if task.owner_kind and task.owner_id
@@ -176,7 +176,7 @@ class Attempt(msgspec.Struct):
     error: dict[str, Any] | None
 
     @classmethod
-    def of(cls, attempt: AttemptRecord) -> Attempt:
+    def of(cls, attempt: pulse_model.Attempt) -> Attempt:
         return cls(
             number=attempt.number,
             state=attempt.state,

@@ -9,7 +9,7 @@ from msgspec import UNSET, UnsetType
 
 from orbit_server.api.wire import Request
 from orbit_server.clock import to_rfc3339
-from orbit_server.store.weave import DefinitionRecord, SignalRecord, StepRecord, WorkflowRecord
+from orbit_server.weave import model as weave_model
 from orbit_server.weave.service import Inspection
 
 Key = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^\S(.*\S)?$")]
@@ -23,7 +23,7 @@ class DefinitionSummary(msgspec.Struct):
     created_at: str
 
     @classmethod
-    def of(cls, record: DefinitionRecord) -> DefinitionSummary:
+    def of(cls, record: weave_model.StoredDefinition) -> DefinitionSummary:
         return cls(record.name, record.version, record.digest, to_rfc3339(record.created_at) or "")
 
 
@@ -31,7 +31,7 @@ class WorkflowDefinition(DefinitionSummary):
     definition: dict[str, Any]
 
     @classmethod
-    def full(cls, record: DefinitionRecord) -> WorkflowDefinition:
+    def full(cls, record: weave_model.StoredDefinition) -> WorkflowDefinition:
         return cls(
             record.name, record.version, record.digest, to_rfc3339(record.created_at) or "",
             definition=record.body or {},
@@ -95,7 +95,7 @@ class Step(msgspec.Struct):
     ended_at: str | None
 
     @classmethod
-    def of(cls, row: StepRecord) -> Step:
+    def of(cls, row: weave_model.StepExecution) -> Step:
         return cls(
             step=row.step, key=row.key, type=row.kind, state=row.state, task_id=row.task_id,
             round=row.round, item=row.item, branch=row.branch, parent=row.parent_key,
@@ -126,7 +126,7 @@ class Signal(msgspec.Struct):
     created_at: str
 
     @classmethod
-    def of(cls, record: SignalRecord) -> Signal:
+    def of(cls, record: weave_model.Signal) -> Signal:
         return cls(
             record.id, record.name, record.state, record.step_key,
             to_rfc3339(record.created_at) or "",
@@ -150,7 +150,7 @@ class Workflow(msgspec.Struct, omit_defaults=True):
     pending_signals: list[PendingSignal] | UnsetType = UNSET
 
     @classmethod
-    def of(cls, w: WorkflowRecord) -> Workflow:
+    def of(cls, w: weave_model.Workflow) -> Workflow:
         return cls(
             id=w.id, definition=w.definition, version=w.version, state=w.state, input=w.input,
             output=w.output, error=w.error, control_version=w.control_version,
@@ -169,7 +169,7 @@ class Workflow(msgspec.Struct, omit_defaults=True):
         return view
 
 
-def _wait(row: StepRecord, seen: Inspection) -> Wait:
+def _wait(row: weave_model.StepExecution, seen: Inspection) -> Wait:
     signal = None
     if row.kind == "signal":
         signal = seen.signal_names.get(row.step)

@@ -14,10 +14,10 @@ from orbit_server.clock import SystemClock, to_rfc3339
 from orbit_server.config import Settings
 from orbit_server.errors import NotFound, OrbitError
 from orbit_server.governance.keys import parse_roles
+from orbit_server.governance.model import ApiKey
 from orbit_server.governance.service import KeyService
 from orbit_server.scope import Scope
 from orbit_server.store import Database
-from orbit_server.store.governance import ApiKeyRecord
 from orbit_server.store.migrate import MigrationError, migrate, schema_status
 from orbit_server.store.probe import UnsupportedServer
 
@@ -98,7 +98,7 @@ async def create_key(
     return 0
 
 
-def _describe(key: ApiKeyRecord) -> dict[str, object]:
+def _describe(key: ApiKey) -> dict[str, object]:
     return {
         "id": key.id,
         "tenant": key.scope.tenant,
@@ -122,7 +122,7 @@ async def list_keys(
         scope = Scope(tenant, environment) if tenant and environment else None
     except ValueError as exc:
         return report_error(str(exc))
-    keys: list[ApiKeyRecord] = []
+    keys: list[ApiKey] = []
     try:
         async with connected(settings) as db:
             service = await _key_service(db)

@@ -17,15 +17,15 @@ from orbit_server.governance.keys import (
     parse_token,
     secret_matches,
 )
+from orbit_server.governance.model import ApiKey, AuditEntry
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
 from orbit_server.store import governance as gov
-from orbit_server.store.governance import ApiKeyRecord, AuditRecord
 
 
 @dataclass(frozen=True, slots=True)
 class CreatedKey:
-    record: ApiKeyRecord
+    record: ApiKey
     token: str  # shown once, never stored
 
 
@@ -51,7 +51,7 @@ class KeyService:
             raise InvalidRequest(str(exc)) from None
         new = generate_key()
         now = self._clock.now()
-        record = ApiKeyRecord(
+        record = ApiKey(
             id=new.id,
             scope=scope,
             name=name,
@@ -78,11 +78,11 @@ class KeyService:
         await self._db.run(unit)
         return CreatedKey(record=record, token=new.token)
 
-    async def get(self, key_id: str, scope: Scope) -> ApiKeyRecord:
+    async def get(self, key_id: str, scope: Scope) -> ApiKey:
         if not is_key_id(key_id):
             raise NotFound("no such API key")
 
-        async def unit(tx: Tx) -> ApiKeyRecord | None:
+        async def unit(tx: Tx) -> ApiKey | None:
             return await gov.key_get(tx, key_id, scope)
 
         found = await self._db.read(unit)
@@ -92,18 +92,18 @@ class KeyService:
 
     async def list(
         self, scope: Scope | None, *, limit: int, after: str | None = None
-    ) -> list[ApiKeyRecord]:
-        async def unit(tx: Tx) -> list[ApiKeyRecord]:
+    ) -> list[ApiKey]:
+        async def unit(tx: Tx) -> list[ApiKey]:
             return await gov.key_list(tx, scope, limit=limit, after=after or gov.FIRST)
 
         return await self._db.read(unit)
 
-    async def revoke(self, key_id: str, *, actor: Actor, scope: Scope | None) -> ApiKeyRecord:
+    async def revoke(self, key_id: str, *, actor: Actor, scope: Scope | None) -> ApiKey:
         """Revoke a key (idempotent); ``scope`` None is the CLI's view of every scope."""
         if not is_key_id(key_id):
             raise NotFound("no such API key")
 
-        async def unit(tx: Tx) -> ApiKeyRecord | None:
+        async def unit(tx: Tx) -> ApiKey | None:
             key = await gov.key_get(tx, key_id, scope)
             if key is None:
                 return None
@@ -147,7 +147,7 @@ class KeyService:
         if not is_key_id(key_id):
             raise Unauthenticated()
 
-        async def unit(tx: Tx) -> ApiKeyRecord | None:
+        async def unit(tx: Tx) -> ApiKey | None:
             return await gov.key_get(tx, key_id)
 
         key = await self._db.read(unit)
@@ -174,8 +174,8 @@ class AuditService:
         limit: int,
         before: str | None = None,
         target: tuple[str, str] | None = None,
-    ) -> list[AuditRecord]:
-        async def unit(tx: Tx) -> list[AuditRecord]:
+    ) -> list[AuditEntry]:
+        async def unit(tx: Tx) -> list[AuditEntry]:
             return await gov.audit_list(
                 tx, scope, limit=limit, before=before or gov.LAST, target=target
             )

@@ -21,6 +21,7 @@ from orbit_server.errors import StateConflict
 from orbit_server.ids import new_id
 from orbit_server.pulse.domain_events import RoomMade, TaskSettled, WorkCommitted
 from orbit_server.pulse.effects import admit_keys
+from orbit_server.pulse.model import ResultEvent, Task
 from orbit_server.pulse.states import TaskState
 from orbit_server.pulse.transitions import RowWrite, Transition
 from orbit_server.scope import Scope
@@ -28,7 +29,6 @@ from orbit_server.store import Tx
 from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
 from orbit_server.store import tasks as tstore
-from orbit_server.store.pulse import TaskEventRecord, TaskRecord
 from orbit_server.store.tasks import TaskMove
 
 
@@ -125,7 +125,7 @@ _ROW_WRITES = {
 
 def _move(t: Transition) -> TaskMove:
     task = t.task
-    assert isinstance(task, TaskRecord)  # only plain successes come from slimmer rows
+    assert isinstance(task, Task)  # only plain successes come from slimmer rows
     return TaskMove(
         task_id=task.id, expected_state=task.state, epoch=task.lease_epoch, state=str(t.after),
         run_at=t.run_at or task.run_at, result=t.result, error=t.error, finished=t.finished,
@@ -159,11 +159,11 @@ async def _emit_results(
         tx.publish(TaskSettled(t.task.id))
 
 
-def _result_event(t: Transition, now: datetime) -> TaskEventRecord:
+def _result_event(t: Transition, now: datetime) -> ResultEvent:
     task = t.task
-    return TaskEventRecord(
+    return ResultEvent(
         id=new_id("evt_"), scope=task.scope, task_id=task.id, attempt=task.lease_epoch,
-        state=str(t.after), owner_kind=task.owner_kind, owner_id=task.owner_id,
+        state=t.after, owner_kind=task.owner_kind, owner_id=task.owner_id,
         created_at=now, seq=task.event_seq + 1,
     )  # fmt: skip
 

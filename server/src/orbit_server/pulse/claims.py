@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from orbit_server.clock import Clock
 from orbit_server.ids import new_token
 from orbit_server.pulse.leasing import ClaimRequest, Lease, LeaseRef, Session, Want
+from orbit_server.pulse.model import Queue
 from orbit_server.pulse.states import TaskState
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
@@ -26,7 +27,6 @@ from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
 from orbit_server.store.base import TransientConflict
 from orbit_server.store.leases import Candidate
-from orbit_server.store.pulse import QueueRecord
 
 FAIRNESS_KEYS_PER_CLAIM = 64
 FAIRNESS_KEY_SET_S = 1.0  # how long a type's whole set of fairness keys is reused
@@ -204,7 +204,7 @@ class Claims:
         scope: Scope,
         session: Session,
         want: Want,
-        queue: QueueRecord,
+        queue: Queue,
         take: int,
         token: str,
         now: datetime,
@@ -266,7 +266,7 @@ class Claims:
         ]
 
     @staticmethod
-    async def _count_claimed(tx: Tx, queue: QueueRecord, count: int, now: datetime) -> None:
+    async def _count_claimed(tx: Tx, queue: Queue, count: int, now: datetime) -> None:
         """Count the claim into the queue's row, its last statement (decision 0006). Under a
         concurrency limit the count is conditional (decision 0009): the limit was read without
         a lock, and a claim that committed meanwhile may have used the room; then the whole
@@ -283,7 +283,7 @@ class Claims:
         tx: Tx,
         scope: Scope,
         want: Want,
-        queue: QueueRecord,
+        queue: Queue,
         candidates: list[Candidate],
         take: int,
         now: datetime,

@@ -13,11 +13,11 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from orbit_server.pulse.domain_events import WorkCommitted
+from orbit_server.pulse.model import Task
 from orbit_server.scope import Scope
 from orbit_server.store import Tx
 from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
-from orbit_server.store.pulse import TaskRecord
 
 
 async def admit_key(tx: Tx, scope: Scope, queue: str, key: str, now: datetime) -> None:
@@ -110,7 +110,7 @@ async def _return_and_admit(
     return rest
 
 
-async def make_claimable(tx: Tx, task: TaskRecord, *, now: datetime) -> None:
+async def make_claimable(tx: Tx, task: Task, *, now: datetime) -> None:
     """Put a pending task into the claim range unless its gate is closed (a closed gate's
     tasks wait outside it until the gate opens); a task with a concurrency key goes through
     its key's admission instead."""

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from orbit_server.clock import Clock
+from orbit_server.pulse.model import ResultEvent
 from orbit_server.store import Database, Tx
 from orbit_server.store import pulse as store
-from orbit_server.store.pulse import TaskEventRecord
 
-Handler = Callable[[Tx, TaskEventRecord], Awaitable[None]]
+Handler = Callable[[Tx, ResultEvent], Awaitable[None]]
 
 
 class EventConsumer:
@@ -22,18 +22,18 @@ class EventConsumer:
         self._db = db
         self._clock = clock
 
-    async def pending(self, *, limit: int = 100, after: str = "") -> list[TaskEventRecord]:
-        async def unit(tx: Tx) -> list[TaskEventRecord]:
+    async def pending(self, *, limit: int = 100, after: str = "") -> list[ResultEvent]:
+        async def unit(tx: Tx) -> list[ResultEvent]:
             return await store.task_event_list_pending(tx, limit=limit, after=after)
 
         return await self._db.read(unit)
 
     @staticmethod
-    async def pending_owned(tx: Tx, owner_kind: str, *, limit: int) -> list[TaskEventRecord]:
+    async def pending_owned(tx: Tx, owner_kind: str, *, limit: int) -> list[ResultEvent]:
         """Pending events of tasks owned by ``owner_kind``, oldest first."""
         return await store.task_event_list_pending_owned(tx, owner_kind, limit=limit)
 
-    async def mark_many_in(self, tx: Tx, events: list[TaskEventRecord]) -> set[str]:
+    async def mark_many_in(self, tx: Tx, events: list[ResultEvent]) -> set[str]:
         """Mark ``events`` processed in the caller's transaction, which handles them, in two
         statements; answers the ids marked (the others were processed already: the caller
         handles nothing for them)."""
@@ -41,7 +41,7 @@ class EventConsumer:
             tx, [e.id for e in events], self._clock.now()
         )
 
-    async def process(self, event: TaskEventRecord, handle: Handler) -> bool:
+    async def process(self, event: ResultEvent, handle: Handler) -> bool:
         """Run ``handle`` and mark the event processed in one transaction.
 
         Answers False (and runs nothing that commits) when another consumer got there first.

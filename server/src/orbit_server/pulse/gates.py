@@ -10,10 +10,10 @@ from orbit_server.errors import NotFound
 from orbit_server.ids import new_id
 from orbit_server.pulse.domain_events import WorkCommitted
 from orbit_server.pulse.effects import admit_keys
+from orbit_server.pulse.model import Gate
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
 from orbit_server.store import leases as lstore
-from orbit_server.store.leases import GateRecord
 
 
 class GateService:
@@ -33,15 +33,15 @@ class GateService:
         await lstore.gate_create(tx, scope, gate_id, self._clock.now())
         return gate_id
 
-    async def set_open(self, scope: Scope, gate_id: str, *, open_: bool) -> GateRecord:
+    async def set_open(self, scope: Scope, gate_id: str, *, open_: bool) -> Gate:
         """Open or close; once a close has committed no claim or start of its tasks succeeds."""
 
-        async def unit(tx: Tx) -> GateRecord:
+        async def unit(tx: Tx) -> Gate:
             return await self.set_open_in(tx, scope, gate_id, open_=open_)
 
         return await self._db.run(unit)
 
-    async def set_open_in(self, tx: Tx, scope: Scope, gate_id: str, *, open_: bool) -> GateRecord:
+    async def set_open_in(self, tx: Tx, scope: Scope, gate_id: str, *, open_: bool) -> Gate:
         """:meth:`set_open` in the caller's transaction (a workflow's pause and resume)."""
         before = await lstore.gate_get(tx, scope, gate_id, lock=True)
         if before is None:
@@ -67,8 +67,8 @@ class GateService:
         """Forget a gate whose owner is gone (a workflow past the retention)."""
         await lstore.gate_delete(tx, gate_id)
 
-    async def get(self, scope: Scope, gate_id: str) -> GateRecord:
-        async def unit(tx: Tx) -> GateRecord | None:
+    async def get(self, scope: Scope, gate_id: str) -> Gate:
+        async def unit(tx: Tx) -> Gate | None:
             return await lstore.gate_get(tx, scope, gate_id)
 
         gate = await self._db.read(unit)

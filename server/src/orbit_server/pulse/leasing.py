@@ -9,9 +9,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from orbit_server.pulse.model import LockedTask, Task
 from orbit_server.pulse.states import Event
-from orbit_server.store.leases import LockedTask
-from orbit_server.store.pulse import TaskRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +56,7 @@ class LeaseRef:
 @dataclass(frozen=True, slots=True)
 class Lease:
     ref: LeaseRef
-    task: TaskRecord
+    task: Task
     expires_at: datetime
 
 
@@ -106,7 +105,7 @@ class Renewal:
     expires_at: datetime | None
 
 
-def starts_eagerly(task: TaskRecord | LockedTask) -> bool:
+def starts_eagerly(task: Task | LockedTask) -> bool:
     """Whether an attempt of ``task`` may run before its start is confirmed: nothing but a lost
     lease can refuse the start of idempotent work without a gate (decisions 0007, 0008)."""
     return task.side_effect == "idempotent" and task.gate_id is None

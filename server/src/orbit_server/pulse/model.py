@@ -10,9 +10,8 @@ from typing import Any
 import msgspec
 
 from orbit_server.pulse.retry import RetryPolicy
-from orbit_server.pulse.states import SideEffect, TaskState
+from orbit_server.pulse.states import AttemptState, SideEffect, TaskState
 from orbit_server.scope import Scope
-from orbit_server.store.pulse import TaskRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,16 +65,16 @@ def start_time(spec: TaskSpec, now: datetime) -> datetime:
 
 def new_task(
     spec: TaskSpec, *, task_id: str, scope: Scope, now: datetime, default_timeout_ms: int
-) -> TaskRecord:
+) -> Task:
     run_at = start_time(spec, now)
     state = TaskState.SCHEDULED if run_at > now else TaskState.PENDING
     owner = spec.owner
-    return TaskRecord(
+    return Task(
         id=task_id,
         scope=scope,
         queue=spec.queue,
         type=spec.type,
-        state=str(state),
+        state=state,
         params=spec.params,
         priority=spec.priority,
         run_at=run_at if run_at > now else now,
@@ -89,7 +88,7 @@ def new_task(
         request_hash=spec.request_hash(default_timeout_ms) if spec.idempotency_key else None,
         concurrency_key=spec.concurrency_key,
         fairness_key=spec.fairness_key,
-        side_effect=str(spec.side_effect),
+        side_effect=SideEffect(spec.side_effect),
         handler_version=spec.handler_version,
         labels=dict(spec.labels),
         owner_kind=owner.kind if owner else None,
@@ -112,3 +111,125 @@ def new_task(
         updated_at=now,
         finished_at=None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    id: str
+    scope: Scope
+    queue: str
+    type: str
+    state: TaskState
+    params: Any
+    priority: int
+    run_at: datetime
+    attempts: int
+    max_attempts: int
+    initial_backoff_ms: int
+    backoff_multiplier: float
+    max_backoff_ms: int
+    timeout_ms: int
+    idempotency_key: str | None
+    request_hash: str | None
+    concurrency_key: str | None
+    fairness_key: str | None
+    side_effect: SideEffect
+    handler_version: str | None
+    labels: dict[str, str]
+    owner_kind: str | None
+    owner_id: str | None
+    owner_step: str | None
+    gate_id: str | None
+    traceparent: str | None
+    result: Any
+    error: dict[str, Any] | None
+    cancel_requested: bool
+    cancel_reason: str | None
+    lease_epoch: int
+    event_seq: int
+    lease_token: str | None
+    lease_expires_at: datetime | None
+    session_id: str | None
+    node: str | None
+    worker_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    deadline_at: datetime | None = None  # start + timeout_ms of the running attempt
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    task_id: str
+    number: int
+    state: AttemptState
+    cause: str | None
+    worker_id: str | None
+    session_id: str | None
+    node: str | None
+    leased_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    lease_expires_at: datetime | None
+    error: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    scope: Scope
+    name: str
+    paused: bool
+    concurrency_limit: int | None
+    key_concurrency: int
+    max_pending: int | None
+    pending: int  # scheduled + pending
+    active: int  # leased + running
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ResultEvent:
+    id: str
+    scope: Scope
+    task_id: str
+    attempt: int
+    state: TaskState  # the state the task settled in
+    owner_kind: str | None
+    owner_id: str | None
+    created_at: datetime
+    seq: int = 0  # the task's n-th event; with task_id it makes the event unique
+
+
+@dataclass(frozen=True, slots=True)
+class LockedTask:
+    """What the bulk start and result paths read of a locked task row: its lease (the fence),
+    state and what the transition writes besides the row — not the params or the result."""
+
+    id: str
+    scope: Scope
+    queue: str
+    state: TaskState
+    lease_epoch: int
+    lease_token: str | None
+    session_id: str | None
+    lease_expires_at: datetime | None
+    deadline_at: datetime | None
+    cancel_requested: bool
+    gate_id: str | None
+    timeout_ms: int
+    concurrency_key: str | None
+    owner_kind: str | None
+    owner_id: str | None
+    event_seq: int
+    side_effect: SideEffect
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    id: str
+    scope: Scope
+    open: bool
+    version: int
+    created_at: datetime
+    updated_at: datetime

@@ -20,6 +20,7 @@ from orbit_server.errors import AlreadyExists, InvalidRequest, NotFound, StateCo
 from orbit_server.ids import new_id
 from orbit_server.pulse.fire_times import InvalidTiming, Timing, check_instant
 from orbit_server.pulse.model import Owner
+from orbit_server.pulse.schedule_model import Backfill, FireEntry, Schedule
 from orbit_server.pulse.schedules import (
     Catchup,
     Cause,
@@ -39,7 +40,7 @@ from orbit_server.pulse.service import TaskService
 from orbit_server.scope import Scope
 from orbit_server.store import Database, DuplicateKey, Tx
 from orbit_server.store import schedules as sstore
-from orbit_server.store.schedules import BackfillRecord, FireRecord, Position, ScheduleRecord
+from orbit_server.store.schedules import Position
 
 RECENT = 10
 MAX_PREVIEW = 100
@@ -50,12 +51,12 @@ CHANGEABLE = TIMING_FIELDS | {"task", "catchup", "catchup_max", "overlap"}
 
 @dataclass(frozen=True, slots=True)
 class ScheduleView:
-    schedule: ScheduleRecord
-    recent: list[FireRecord]
+    schedule: Schedule
+    recent: list[FireEntry]
     preview: list[datetime] | None = None
 
 
-def definition_of(s: ScheduleRecord) -> Definition:
+def definition_of(s: Schedule) -> Definition:
     return Definition(
         timing=TimingSpec(s.cron, s.timezone, s.interval_ms),
         task=s.task,
@@ -98,13 +99,13 @@ class ScheduleService:
 
     async def create(
         self, scope: Scope, name: str, definition: Definition, *, paused: bool, actor: Actor
-    ) -> tuple[ScheduleRecord, bool]:
+    ) -> tuple[Schedule, bool]:
         """The new schedule and True; the existing one and False when a schedule of that name
         has the same definition; ``409 already_exists`` when its definition differs."""
         now = self._clock.now()
         timing = compiled(definition, now, given=True)
         nxt = first_slot(timing, now, definition.start_at, definition.end_at)
-        record = ScheduleRecord(
+        record = Schedule(
             id=new_id("sch_"), scope=scope, name=name, version=1,
             cron=definition.timing.cron, timezone=definition.timing.timezone,
             interval_ms=definition.timing.interval_ms, task=definition.task,
@@ -115,7 +116,7 @@ class ScheduleService:
             created_at=now, updated_at=now,
         )  # fmt: skip
 
-        async def unit(tx: Tx) -> tuple[ScheduleRecord, bool]:
+        async def unit(tx: Tx) -> tuple[Schedule, bool]:
             existing = await sstore.schedule_get(tx, scope, name)
             if existing is None:
                 try:
@@ -171,10 +172,10 @@ class ScheduleService:
 
     async def fires(
         self, scope: Scope, name: str, *, before: datetime | None, limit: int
-    ) -> list[FireRecord]:
+    ) -> list[FireEntry]:
         """The ledger of a schedule, newest first."""
 
-        async def unit(tx: Tx) -> list[FireRecord]:
+        async def unit(tx: Tx) -> list[FireEntry]:
             schedule = await self._find(tx, scope, name)
             return await sstore.fires_newest(tx, schedule.id, before=before, limit=limit)
 
@@ -190,7 +191,7 @@ class ScheduleService:
         *,
         expected_version: int | None,
         actor: Actor,
-    ) -> ScheduleRecord:
+    ) -> Schedule:
         """Apply ``changes`` (fields of a definition) as a new version, audited with the
         fields' values before and after. Giving ``cron`` clears ``interval_ms`` and the reverse.
         A change of timing or bounds plans the next fire from now."""
@@ -198,7 +199,7 @@ class ScheduleService:
         if unknown:
             raise InvalidRequest(f"these fields cannot be changed: {', '.join(sorted(unknown))}")
 
-        async def unit(tx: Tx) -> ScheduleRecord:
+        async def unit(tx: Tx) -> Schedule:
             s = await self._find(tx, scope, name, lock=True)
             now = self._clock.now()  # read under the lock: no pass of the schedule runs now
             if expected_version is not None and s.version != expected_version:
@@ -253,18 +254,16 @@ class ScheduleService:
         self.wake()
         return record
 
-    async def pause(
-        self, scope: Scope, name: str, *, reason: str | None, actor: Actor
-    ) -> ScheduleRecord:
+    async def pause(self, scope: Scope, name: str, *, reason: str | None, actor: Actor) -> Schedule:
         return await self._set_paused(scope, name, True, reason, actor)
 
-    async def resume(self, scope: Scope, name: str, *, actor: Actor) -> ScheduleRecord:
+    async def resume(self, scope: Scope, name: str, *, actor: Actor) -> Schedule:
         return await self._set_paused(scope, name, False, None, actor)
 
     async def _set_paused(
         self, scope: Scope, name: str, paused: bool, reason: str | None, actor: Actor
-    ) -> ScheduleRecord:
-        async def unit(tx: Tx) -> ScheduleRecord:
+    ) -> Schedule:
+        async def unit(tx: Tx) -> Schedule:
             s = await self._find(tx, scope, name, lock=True)
             if s.paused == paused:
                 return s
@@ -293,7 +292,7 @@ class ScheduleService:
             s = await self._find(tx, scope, name, lock=True)
             await sstore.schedule_delete(tx, s.id)  # its backfills stop at their next step
             if s.queued_fire_at is not None:  # the slot that waited will not fire
-                await sstore.fire_update(tx, FireRecord(
+                await sstore.fire_update(tx, FireEntry(
                     schedule_id=s.id, fire_at=s.queued_fire_at, planned=True, scope=scope,
                     schedule=s.name, outcome=str(Outcome.SKIPPED), cause=str(Cause.SCHEDULE),
                     task_id=None, recorded_at=self._clock.now(),
@@ -307,16 +306,16 @@ class ScheduleService:
 
     # -- fire now, backfill -------------------------------------------------------------------
 
-    async def trigger(self, scope: Scope, name: str, *, actor: Actor) -> FireRecord:
+    async def trigger(self, scope: Scope, name: str, *, actor: Actor) -> FireEntry:
         """Fire now, whatever the overlap policy and even while paused; the fire counts as the
         schedule's latest for later overlap decisions."""
 
-        async def unit(tx: Tx) -> FireRecord:
+        async def unit(tx: Tx) -> FireEntry:
             s = await self._find(tx, scope, name, lock=True)
             now = self._clock.now()
             task = self._tasks.build(scope, [task_spec(s.task, Owner("schedule", s.id))], now)
             await self._tasks.create_in(tx, scope, task, now)
-            fire = FireRecord(
+            fire = FireEntry(
                 schedule_id=s.id, fire_at=now, planned=False, scope=scope, schedule=s.name,
                 outcome=str(Outcome.FIRED), cause=str(Cause.TRIGGER), task_id=task[0].id,
                 recorded_at=now,
@@ -344,7 +343,7 @@ class ScheduleService:
         actor: Actor,
         max_slots: int = 10_000,  # ORBIT_SCHEDULE_BACKFILL_MAX_SLOTS
         admit: Callable[[int], None] = lambda slots: None,
-    ) -> BackfillRecord:
+    ) -> Backfill:
         """Ask the scheduler to fire every slot in ``[start, end)`` that has no task yet, in
         budgeted passes; slots with a task are left alone, so repeating it is harmless.
 
@@ -362,7 +361,7 @@ class ScheduleService:
         if end > now:
             raise InvalidRequest("a backfill covers past time only: to must not be in the future")
 
-        async def read(tx: Tx) -> ScheduleRecord:
+        async def read(tx: Tx) -> Schedule:
             return await self._find(tx, scope, name)
 
         s = await self._db.read(read)
@@ -382,9 +381,9 @@ class ScheduleService:
             )
         admit(slots)
 
-        async def unit(tx: Tx) -> BackfillRecord:
+        async def unit(tx: Tx) -> Backfill:
             s = await self._find(tx, scope, name, lock=True)
-            record = BackfillRecord(
+            record = Backfill(
                 id=new_id("bkf_"), schedule_id=s.id, scope=scope, schedule=s.name,
                 from_at=start, to_at=end, cursor_at=None, state="running", fired=0,
                 existing=0, created_at=now, finished_at=None,
@@ -401,15 +400,15 @@ class ScheduleService:
         self.wake()
         return record
 
-    async def backfills(self, scope: Scope, name: str, *, limit: int) -> list[BackfillRecord]:
-        async def unit(tx: Tx) -> list[BackfillRecord]:
+    async def backfills(self, scope: Scope, name: str, *, limit: int) -> list[Backfill]:
+        async def unit(tx: Tx) -> list[Backfill]:
             s = await self._find(tx, scope, name)
             return await sstore.backfills_of(tx, s.id, limit=limit)
 
         return await self._db.read(unit)
 
-    async def backfill_status(self, scope: Scope, name: str, backfill_id: str) -> BackfillRecord:
-        async def unit(tx: Tx) -> BackfillRecord | None:
+    async def backfill_status(self, scope: Scope, name: str, backfill_id: str) -> Backfill:
+        async def unit(tx: Tx) -> Backfill | None:
             s = await self._find(tx, scope, name)
             return await sstore.backfill_get(tx, s.id, backfill_id)
 
@@ -430,7 +429,7 @@ class ScheduleService:
     # -- helpers ------------------------------------------------------------------------------
 
     @staticmethod
-    async def _find(tx: Tx, scope: Scope, name: str, *, lock: bool = False) -> ScheduleRecord:
+    async def _find(tx: Tx, scope: Scope, name: str, *, lock: bool = False) -> Schedule:
         found = await sstore.schedule_get(tx, scope, name, lock=lock)
         if found is None:
             raise NotFound("no such schedule")

@@ -29,7 +29,8 @@ import structlog
 from orbit_server.clock import Clock
 from orbit_server.errors import QueueFull, TransientError
 from orbit_server.pulse.fire_times import InvalidTiming, Timing
-from orbit_server.pulse.model import Owner
+from orbit_server.pulse.model import Owner, Task
+from orbit_server.pulse.schedule_model import Backfill, FireEntry, Schedule
 from orbit_server.pulse.schedule_service import definition_of
 from orbit_server.pulse.schedules import (
     Catchup,
@@ -49,8 +50,7 @@ from orbit_server.scope import Scope
 from orbit_server.store import Database, DuplicateKey, Tx
 from orbit_server.store import pulse as store
 from orbit_server.store import schedules as sstore
-from orbit_server.store.pulse import TaskRecord
-from orbit_server.store.schedules import BackfillRecord, FireRecord, Position, ScheduleRecord
+from orbit_server.store.schedules import Position
 
 log = structlog.get_logger("orbit.scheduler")
 
@@ -80,7 +80,7 @@ class PassReport:
 class _Fire:
     """One slot that gets a task in this pass."""
 
-    schedule: ScheduleRecord
+    schedule: Schedule
     fire_at: datetime
     cause: Cause
     update: bool  # the slot may have a ledger row already (queued, or recorded and backfilled)
@@ -90,7 +90,7 @@ class _Fire:
 class _StepFailed(Exception):
     """A backfill's step raised: that backfill fails, and the pass rolls back."""
 
-    def __init__(self, backfill: BackfillRecord) -> None:
+    def __init__(self, backfill: Backfill) -> None:
         super().__init__(backfill.id)
         self.backfill = backfill
 
@@ -125,7 +125,7 @@ class Scheduler:
     def now(self) -> datetime:
         return self._clock.now()
 
-    def _timing(self, s: ScheduleRecord) -> Timing:
+    def _timing(self, s: Schedule) -> Timing:
         """The schedule's compiled timing; kept per version, as a version never changes."""
         key = (s.id, s.version)
         timing = self._timings.get(key)
@@ -162,7 +162,7 @@ class Scheduler:
         set aside with its failure, and the others fire."""
         total = PassReport()
         for _ in range(self.batch):
-            seen: list[ScheduleRecord] = []
+            seen: list[Schedule] = []
             try:
                 report = await self._run_due(careful=True, limit=1, seen=seen)
             except TransientError:
@@ -194,7 +194,7 @@ class Scheduler:
         await self._db.run(unit)
 
     async def _run_due(
-        self, *, careful: bool, limit: int, seen: list[ScheduleRecord] | None = None
+        self, *, careful: bool, limit: int, seen: list[Schedule] | None = None
     ) -> PassReport:
 
         async def unit(tx: Tx) -> tuple[PassReport, list[datetime]]:
@@ -208,7 +208,7 @@ class Scheduler:
                 return report, fired_at
             watched = [t for s in schedules if (t := _watched(s)) is not None]
             running = set(await store.tasks_in_states(tx, watched, UNSETTLED)) if watched else set()
-            plans: list[tuple[ScheduleRecord, Plan]] = []
+            plans: list[tuple[Schedule, Plan]] = []
             positions: list[Position] = []
             for s in schedules:
                 try:
@@ -229,7 +229,7 @@ class Scheduler:
                     _stay(s, now + RETRY_FULL, s.failure) for s, _ in plans if s.id in held
                 ]
                 plans = [(s, plan) for s, plan in plans if s.id not in held]
-            fires: list[FireRecord] = []
+            fires: list[FireEntry] = []
             firing: list[_Fire] = []
             for s, plan in plans:
                 if plan.fire_queued is not None:
@@ -268,7 +268,7 @@ class Scheduler:
         report.lags = [(committed - fire_at).total_seconds() for fire_at in fired_at]
         return report
 
-    def _plan(self, s: ScheduleRecord, now: datetime, *, previous_running: bool) -> Plan:
+    def _plan(self, s: Schedule, now: datetime, *, previous_running: bool) -> Plan:
         return plan_pass(
             PassInput(
                 timing=self._timing(s), end_at=s.end_at, catchup=Catchup(s.catchup),
@@ -279,12 +279,12 @@ class Scheduler:
             now, misfire=self._misfire, budget=self._slots,
         )  # fmt: skip
 
-    def _build_tasks(self, firing: list[_Fire], now: datetime) -> dict[Scope, list[TaskRecord]]:
+    def _build_tasks(self, firing: list[_Fire], now: datetime) -> dict[Scope, list[Task]]:
         """The tasks of the slots that fire, per scope; sets each slot's task id."""
         per_scope: defaultdict[Scope, list[_Fire]] = defaultdict(list)
         for f in firing:
             per_scope[f.schedule.scope].append(f)
-        built: dict[Scope, list[TaskRecord]] = {}
+        built: dict[Scope, list[Task]] = {}
         for scope, group in per_scope.items():
             specs = [task_spec(f.schedule.task, Owner("schedule", f.schedule.id)) for f in group]
             built[scope] = self._tasks.build(scope, specs, now)
@@ -293,7 +293,7 @@ class Scheduler:
         return built
 
     async def _create_tasks(
-        self, tx: Tx, built: dict[Scope, list[TaskRecord]], now: datetime
+        self, tx: Tx, built: dict[Scope, list[Task]], now: datetime
     ) -> list[Submitted]:
         created: list[Submitted] = []
         for scope in sorted(built):  # one creation per scope, in a fixed order
@@ -333,7 +333,7 @@ class Scheduler:
             await self._fail_backfill(failed, INTERNAL_FAILURE)
             return PassReport(handled=1)
 
-    async def _fail_backfill(self, failed: BackfillRecord, failure: str) -> None:
+    async def _fail_backfill(self, failed: Backfill, failure: str) -> None:
         async def unit(tx: Tx) -> None:
             backfill = await sstore.backfill_get(tx, failed.schedule_id, failed.id)
             if backfill is not None and backfill.state == "running":
@@ -342,7 +342,7 @@ class Scheduler:
 
         await self._db.run(unit)
 
-    async def _step(self, tx: Tx, backfill: BackfillRecord, now: datetime) -> int | None:
+    async def _step(self, tx: Tx, backfill: Backfill, now: datetime) -> int | None:
         """One step of ``backfill``: how many slots it fired, or None when its queue has no
         room (nothing written)."""
         s = await sstore.schedule_lock_by_id(tx, backfill.schedule_id)
@@ -417,23 +417,23 @@ class Scheduler:
         return found[0] if found else None
 
 
-def _queue(s: ScheduleRecord) -> tuple[Scope, str]:
+def _queue(s: Schedule) -> tuple[Scope, str]:
     return s.scope, str(s.task["queue"])
 
 
-def _moved(s: ScheduleRecord, plan: Plan) -> Position:
+def _moved(s: Schedule, plan: Plan) -> Position:
     """Where the plan leaves the schedule (its latest fire is set once its tasks exist)."""
     return Position(s.id, plan.next_fire_at, plan.due_at, s.last_fire_at, s.last_task_id,
                     plan.queued_fire_at)  # fmt: skip
 
 
-def _stay(s: ScheduleRecord, due_at: datetime | None, failure: str | None) -> Position:
+def _stay(s: Schedule, due_at: datetime | None, failure: str | None) -> Position:
     """The schedule stays where it is, due again at ``due_at``."""
     return Position(s.id, s.next_fire_at, due_at, s.last_fire_at, s.last_task_id,
                     s.queued_fire_at, failure)  # fmt: skip
 
 
-async def _room(tx: Tx, s: ScheduleRecord) -> int | None:
+async def _room(tx: Tx, s: Schedule) -> int | None:
     """How many more tasks the schedule's queue takes now (None: no limit)."""
     scope, name = _queue(s)
     queue = await store.queue_get(tx, scope, name)
@@ -442,7 +442,7 @@ async def _room(tx: Tx, s: ScheduleRecord) -> int | None:
     return max(0, queue.max_pending - queue.pending)
 
 
-async def _drop_recorded(tx: Tx, plans: list[tuple[ScheduleRecord, Plan]]) -> None:
+async def _drop_recorded(tx: Tx, plans: list[tuple[Schedule, Plan]]) -> None:
     """Leave out of the plans the slots the ledger has already: they were decided."""
     for s, plan in plans:
         if not plan.fires:
@@ -456,7 +456,7 @@ async def _drop_recorded(tx: Tx, plans: list[tuple[ScheduleRecord, Plan]]) -> No
                 plan.queued_fire_at = s.queued_fire_at if plan.fire_queued is None else None
 
 
-async def _held_back(tx: Tx, plans: list[tuple[ScheduleRecord, Plan]]) -> set[str]:
+async def _held_back(tx: Tx, plans: list[tuple[Schedule, Plan]]) -> set[str]:
     """The schedules whose tasks do not fit in their queue's room, taking the schedules in
     due order and each whole (the first ones that fit go)."""
     rooms: dict[tuple[Scope, str], int | None] = {}
@@ -485,26 +485,26 @@ async def _record_fired(tx: Tx, slot: _Fire, now: datetime) -> None:
         await sstore.fires_insert(tx, [fired])
 
 
-def _watched(s: ScheduleRecord) -> str | None:
+def _watched(s: Schedule) -> str | None:
     """The task whose state the overlap policy needs, if any."""
     return None if s.overlap == Overlap.ALLOW else s.last_task_id
 
 
 def _ledger(
-    s: ScheduleRecord,
+    s: Schedule,
     fire_at: datetime,
     outcome: Outcome,
     cause: Cause,
     task_id: str | None,
     now: datetime,
-) -> FireRecord:
-    return FireRecord(
+) -> FireEntry:
+    return FireEntry(
         schedule_id=s.id, fire_at=fire_at, planned=True, scope=s.scope, schedule=s.name,
         outcome=str(outcome), cause=str(cause), task_id=task_id, recorded_at=now,
     )  # fmt: skip
 
 
 def _finished(
-    backfill: BackfillRecord, state: str, now: datetime, failure: str | None = None
-) -> BackfillRecord:
+    backfill: Backfill, state: str, now: datetime, failure: str | None = None
+) -> Backfill:
     return replace(backfill, state=state, finished_at=now, failure=failure)

@@ -26,7 +26,7 @@ from orbit_server.pulse.domain_events import CancelRequested, KeysLeftToAdmit, W
 from orbit_server.pulse.effects import (
     admit_keys,
 )
-from orbit_server.pulse.model import TaskSpec, new_task
+from orbit_server.pulse.model import Attempt, Queue, Task, TaskSpec, new_task
 from orbit_server.pulse.states import Event, IllegalTransition, TaskState, decide
 from orbit_server.pulse.transitions import transition
 from orbit_server.pulse.watch import TaskWatch
@@ -35,20 +35,19 @@ from orbit_server.scope import Scope
 from orbit_server.store import Database, DuplicateKey, Tx
 from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
-from orbit_server.store.pulse import AttemptRecord, QueueRecord, TaskRecord
 
 SETTLED = frozenset({"succeeded", "failed", "cancelled", "needs_review"})
 
 
 @dataclass(frozen=True, slots=True)
 class Submitted:
-    task: TaskRecord
+    task: Task
     created: bool  # False: an idempotent replay answered with the existing task
 
 
 @dataclass(frozen=True, slots=True)
 class QueueView:
-    queue: QueueRecord
+    queue: Queue
     counts: dict[str, int]
     oldest_ready_at: datetime | None
 
@@ -106,7 +105,7 @@ class TaskService:
 
         return await self._db.run(unit)
 
-    def build(self, scope: Scope, specs: Sequence[TaskSpec], now: datetime) -> list[TaskRecord]:
+    def build(self, scope: Scope, specs: Sequence[TaskSpec], now: datetime) -> list[Task]:
         """The tasks ``specs`` ask for, each with a new id, as of ``now``."""
         return [
             new_task(
@@ -119,9 +118,7 @@ class TaskService:
             for spec in specs
         ]
 
-    def _reserve(
-        self, scope: Scope, tasks: Sequence[TaskRecord], now: datetime
-    ) -> Reservation | None:
+    def _reserve(self, scope: Scope, tasks: Sequence[Task], now: datetime) -> Reservation | None:
         """A free slot of a local worker for a lone task that may skip the claim range."""
         if self.direct is None or self._lease is None or len(tasks) != 1:
             return None
@@ -137,14 +134,14 @@ class TaskService:
         return self.direct.reserve(scope, task.queue, task.type, task.handler_version)
 
     async def _submit_leased(
-        self, scope: Scope, task: TaskRecord, reservation: Reservation, now: datetime
-    ) -> TaskRecord | None:
+        self, scope: Scope, task: Task, reservation: Reservation, now: datetime
+    ) -> Task | None:
         """Submit ``task`` leased to the reserved worker, in one transaction, and send it; None
         (the slot given back) when its queue does not allow that now (decision 0010)."""
         assert self._lease is not None
         session = reservation.session
         leased = dataclasses.replace(
-            task, state=str(TaskState.LEASED), lease_epoch=1, lease_token=new_token("lse_"),
+            task, state=TaskState.LEASED, lease_epoch=1, lease_token=new_token("lse_"),
             lease_expires_at=now + self._lease, session_id=session.session_id,
             node=session.node, worker_id=session.worker_id,
         )  # fmt: skip
@@ -175,7 +172,7 @@ class TaskService:
         self,
         tx: Tx,
         scope: Scope,
-        tasks: list[TaskRecord],
+        tasks: list[Task],
         now: datetime,
     ) -> list[Submitted]:
         """Create (or replay) ``tasks`` of one scope in the caller's transaction — a submit's,
@@ -273,7 +270,7 @@ class TaskService:
         return [r for r in results if r is not None]
 
     @staticmethod
-    def _replayed(existing: TaskRecord, attempt: TaskRecord) -> TaskRecord:
+    def _replayed(existing: Task, attempt: Task) -> Task:
         if existing.request_hash != attempt.request_hash:
             raise IdempotencyConflict(
                 "this idempotency key was used for a different request; use a new key"
@@ -282,8 +279,8 @@ class TaskService:
 
     # -- read ---------------------------------------------------------------------------------
 
-    async def get(self, scope: Scope, task_id: str) -> TaskRecord:
-        async def unit(tx: Tx) -> TaskRecord | None:
+    async def get(self, scope: Scope, task_id: str) -> Task:
+        async def unit(tx: Tx) -> Task | None:
             return await store.task_get(tx, scope, task_id)
 
         task = await self._db.read(unit)
@@ -307,7 +304,7 @@ class TaskService:
             self._watch.notify(task_id)
         return len(settled)
 
-    async def wait(self, scope: Scope, task_id: str, wait_ms: int) -> TaskRecord:
+    async def wait(self, scope: Scope, task_id: str, wait_ms: int) -> Task:
         """The task once it is terminal or needs review, or as it is when ``wait_ms`` ends.
 
         Local changes wake the waiter at once; changes made by other nodes are found by
@@ -333,20 +330,20 @@ class TaskService:
         state: str | None = None,
         type_: str | None = None,
         label: tuple[str, str] | None = None,
-    ) -> tuple[list[TaskRecord], str | None]:
+    ) -> tuple[list[Task], str | None]:
         """A page of tasks, newest first, and the cursor (last id examined) for the next one.
 
         ``type`` and ``label`` filter the pages that the indexed filters produce, reading at
         most a few pages per call, so a sparse filter may answer a short page with a cursor.
         """
 
-        def keep(task: TaskRecord) -> bool:
+        def keep(task: Task) -> bool:
             if type_ is not None and task.type != type_:
                 return False
             return label is None or task.labels.get(label[0]) == label[1]
 
-        async def unit(tx: Tx) -> tuple[list[TaskRecord], str | None]:
-            found: list[TaskRecord] = []
+        async def unit(tx: Tx) -> tuple[list[Task], str | None]:
+            found: list[Task] = []
             cursor = before or store.LAST
             for _ in range(10):  # bounded work per request
                 page = await store.task_list(
@@ -364,8 +361,8 @@ class TaskService:
 
         return await self._db.read(unit)
 
-    async def attempts(self, scope: Scope, task_id: str) -> list[AttemptRecord]:
-        async def unit(tx: Tx) -> list[AttemptRecord] | None:
+    async def attempts(self, scope: Scope, task_id: str) -> list[Attempt]:
+        async def unit(tx: Tx) -> list[Attempt] | None:
             if await store.task_get(tx, scope, task_id) is None:
                 return None
             return await store.attempt_list(tx, task_id)
@@ -377,12 +374,10 @@ class TaskService:
 
     # -- cancel -------------------------------------------------------------------------------
 
-    async def cancel(
-        self, scope: Scope, task_id: str, *, reason: str | None, actor: Actor
-    ) -> TaskRecord:
+    async def cancel(self, scope: Scope, task_id: str, *, reason: str | None, actor: Actor) -> Task:
         """Cancel work that has not started at once; ask running work to stop (P5)."""
 
-        async def unit(tx: Tx) -> TaskRecord:
+        async def unit(tx: Tx) -> Task:
             return await self.cancel_in(tx, scope, task_id, reason=reason, actor=actor)
 
         return await self._db.run(unit)
@@ -396,7 +391,7 @@ class TaskService:
         reason: str | None,
         actor: Actor,
         audit: bool = True,
-    ) -> TaskRecord:
+    ) -> Task:
         """:meth:`cancel` in the caller's transaction (a workflow's cancel). ``audit`` False:
         background work (which the audit log leaves out) or a change its caller audits."""
         now = self._clock.now()
@@ -451,10 +446,10 @@ class TaskService:
 
     # -- operator recovery (P4, P8) -----------------------------------------------------------
 
-    async def retry(self, scope: Scope, task_id: str, *, actor: Actor) -> TaskRecord:
+    async def retry(self, scope: Scope, task_id: str, *, actor: Actor) -> Task:
         """A new attempt for a failed, cancelled or needs_review task (an operator's call)."""
 
-        async def unit(tx: Tx) -> TaskRecord:
+        async def unit(tx: Tx) -> Task:
             task = await store.task_get(tx, scope, task_id, lock=True)
             if task is None:
                 raise NotFound("no such task")
@@ -484,10 +479,10 @@ class TaskService:
         result: Any,
         error: dict[str, Any] | None,
         actor: Actor,
-    ) -> TaskRecord:
+    ) -> Task:
         """An operator's decision on work whose outcome was unknown (needs_review)."""
 
-        async def unit(tx: Tx) -> TaskRecord:
+        async def unit(tx: Tx) -> Task:
             return await self.resolve_in(
                 tx, scope, task_id, succeeded=succeeded, result=result, error=error, actor=actor
             )
@@ -504,7 +499,7 @@ class TaskService:
         result: Any,
         error: dict[str, Any] | None,
         actor: Actor,
-    ) -> TaskRecord:
+    ) -> Task:
         """:meth:`resolve` in the caller's transaction (a workflow step's resolution)."""
         event = Event.RESOLVE_SUCCEEDED if succeeded else Event.RESOLVE_FAILED
         task = await store.task_get(tx, scope, task_id, lock=True)
@@ -537,7 +532,7 @@ class TaskService:
         return room
 
     @staticmethod
-    async def read_many_in(tx: Tx, task_ids: Sequence[str]) -> list[TaskRecord]:
+    async def read_many_in(tx: Tx, task_ids: Sequence[str]) -> list[Task]:
         """Tasks by id (any scope: the caller knows them from their result events)."""
         return await lstore.tasks_get_many(tx, task_ids) if task_ids else []
 
@@ -556,7 +551,7 @@ class QueueService:
         return await self._db.read(unit)
 
     @staticmethod
-    async def _view(tx: Tx, queue: QueueRecord) -> QueueView:
+    async def _view(tx: Tx, queue: Queue) -> QueueView:
         return QueueView(
             queue=queue,
             counts=await store.queue_state_counts(tx, queue.scope, queue.name),

@@ -32,6 +32,7 @@ from orbit_server.pulse.leasing import (
     Want,
     starts_eagerly,
 )
+from orbit_server.pulse.model import LockedTask, Task
 from orbit_server.pulse.retry import RetryPolicy
 from orbit_server.pulse.states import (
     TRANSITIONS,
@@ -48,7 +49,6 @@ from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
 from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
-from orbit_server.store.pulse import TaskRecord
 
 __all__ = [
     "ClaimRequest",
@@ -68,7 +68,7 @@ __all__ = [
 DEEP_SCAN = claims.DEEP_SCAN
 
 
-def _holds(task: TaskRecord | lstore.LockedTask, ref: LeaseRef) -> bool:
+def _holds(task: Task | LockedTask, ref: LeaseRef) -> bool:
     """The fence in Python, for rows read in bulk: this lease (attempt, token and session) is
     the task's current one (what ``task_lock_fenced`` checks in SQL)."""
     return (task.lease_epoch, task.lease_token, task.session_id) == (
@@ -78,13 +78,13 @@ def _holds(task: TaskRecord | lstore.LockedTask, ref: LeaseRef) -> bool:
     )
 
 
-async def _lock_fenced(tx: Tx, ref: LeaseRef) -> TaskRecord | None:
+async def _lock_fenced(tx: Tx, ref: LeaseRef) -> Task | None:
     return await lstore.task_lock_fenced(
         tx, ref.task_id, ref.attempt, ref.lease_token, ref.session_id
     )
 
 
-def _starts_with(task: TaskRecord | lstore.LockedTask) -> bool:
+def _starts_with(task: Task | LockedTask) -> bool:
     """Whether a report of this leased task is also its attempt's start: its delivery was
     eager — idempotent, without a gate — so the worker ran it once it had sent the start, and
     the start is recorded first, or with the result when it was not yet (decisions 0007,
@@ -92,7 +92,7 @@ def _starts_with(task: TaskRecord | lstore.LockedTask) -> bool:
     return task.state == TaskState.LEASED and starts_eagerly(task)
 
 
-def _expired(task: TaskRecord | lstore.LockedTask, now: datetime) -> bool:
+def _expired(task: Task | LockedTask, now: datetime) -> bool:
     """A lease whose time is up no longer holds, even before recovery has processed it."""
     return task.lease_expires_at is None or task.lease_expires_at <= now
 
@@ -152,7 +152,7 @@ class WorkerService:
         statement under their shared lock, after the tasks' rows (the order of a single
         start). Answers the indexes it handled; the rest go one by one."""
         rows = await lstore.tasks_lock_many(tx, [r.task_id for r in refs])
-        candidates: list[tuple[int, lstore.LockedTask]] = []
+        candidates: list[tuple[int, LockedTask]] = []
         seen: set[str] = set()
         for i, ref in enumerate(refs):
             task = rows.get(ref.task_id)
@@ -208,7 +208,7 @@ class WorkerService:
         return StartAnswer(ref, StartVerdict.STARTED, expires_at, deadline)
 
     async def _record_start(
-        self, tx: Tx, task: TaskRecord, ref: LeaseRef, now: datetime
+        self, tx: Tx, task: Task, ref: LeaseRef, now: datetime
     ) -> tuple[datetime, datetime]:
         """A leased task (locked, fenced, its gate checked) starts: the lease end and deadline."""
         decide(TaskState.LEASED, Event.START)
@@ -283,7 +283,7 @@ class WorkerService:
         async def unit(tx: Tx) -> list[Outcome]:
             now = self._clock.now()
             rows = await lstore.tasks_lock_many(tx, [r.ref.task_id for r in reports])
-            locked: list[lstore.LockedTask | None] = []
+            locked: list[LockedTask | None] = []
             for report in reports:  # fenced: the row only if this lease still holds it
                 task = rows.get(report.ref.task_id)
                 locked.append(task if task is not None and _holds(task, report.ref) else None)
@@ -325,7 +325,7 @@ class WorkerService:
         self,
         tx: Tx,
         reports: Sequence[Report],
-        locked: Sequence[lstore.LockedTask | None],
+        locked: Sequence[LockedTask | None],
         now: datetime,
     ) -> set[int]:
         """The common case in bulk: successes of running attempts whose leases hold, and of
@@ -351,7 +351,7 @@ class WorkerService:
         return set(picked)
 
     async def _report_locked(
-        self, tx: Tx, report: Report, task: TaskRecord | None, now: datetime
+        self, tx: Tx, report: Report, task: Task | None, now: datetime
     ) -> Outcome:
         if task is None or task.state != TaskState.RUNNING:
             return await self._already(tx, report.ref, task)
@@ -368,7 +368,7 @@ class WorkerService:
         return Outcome.ACCEPTED
 
     @staticmethod
-    async def _already(tx: Tx, ref: LeaseRef, task: TaskRecord | None) -> Outcome:
+    async def _already(tx: Tx, ref: LeaseRef, task: Task | None) -> Outcome:
         """A result for an attempt that is not running: acknowledge the resend of a report
         this attempt already made; refuse anything else (expired, re-claimed, never started)."""
         if task is None or task.state in (TaskState.LEASED, TaskState.RUNNING):
@@ -381,7 +381,7 @@ class WorkerService:
 
     def _ending(
         self,
-        task: TaskRecord,
+        task: Task,
         event: Event,
         now: datetime,
         *,
@@ -399,7 +399,7 @@ class WorkerService:
         return transition(task, event, result=result, error=error, cause=cause, run_at=run_at)
 
     @staticmethod
-    def _policy(task: TaskRecord) -> RetryPolicy:
+    def _policy(task: Task) -> RetryPolicy:
         return RetryPolicy(
             max_attempts=task.max_attempts,
             initial_backoff_ms=task.initial_backoff_ms,

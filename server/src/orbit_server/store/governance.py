@@ -3,43 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import msgspec
 
+from orbit_server.governance.model import ApiKey, AuditEntry
 from orbit_server.scope import Scope
 from orbit_server.store.base import DuplicateKey, Row, Tx
 
 # Cursor sentinels: every id sorts after "" and before "~".
 FIRST = ""
 LAST = "~"
-
-
-@dataclass(frozen=True, slots=True)
-class ApiKeyRecord:
-    id: str
-    scope: Scope
-    name: str | None
-    roles: tuple[str, ...]
-    queues: tuple[str, ...] | None
-    secret_hash: str
-    created_at: datetime
-    revoked_at: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class AuditRecord:
-    id: str
-    scope: Scope
-    actor: str
-    action: str
-    target_kind: str
-    target_id: str
-    details: dict[str, Any]
-    request_id: str | None
-    created_at: datetime
 
 
 async def tenant_ensure(tx: Tx, name: str, now: datetime) -> bool:
@@ -70,9 +45,9 @@ async def environment_list(tx: Tx) -> list[Scope]:
     return [Scope(str(r["tenant"]), str(r["name"])) for r in rows]
 
 
-def _key(row: Row) -> ApiKeyRecord:
+def _key(row: Row) -> ApiKey:
     queues = row["queues"]
-    return ApiKeyRecord(
+    return ApiKey(
         id=str(row["id"]),
         scope=Scope(str(row["tenant"]), str(row["environment"])),
         name=row["name"],
@@ -84,7 +59,7 @@ def _key(row: Row) -> ApiKeyRecord:
     )
 
 
-async def key_insert(tx: Tx, key: ApiKeyRecord) -> None:
+async def key_insert(tx: Tx, key: ApiKey) -> None:
     await tx.execute(
         "key_insert",
         {
@@ -102,7 +77,7 @@ async def key_insert(tx: Tx, key: ApiKeyRecord) -> None:
     )
 
 
-async def key_get(tx: Tx, key_id: str, scope: Scope | None = None) -> ApiKeyRecord | None:
+async def key_get(tx: Tx, key_id: str, scope: Scope | None = None) -> ApiKey | None:
     """One key by id; with ``scope``, a key of another scope is answered as missing."""
     row = await tx.fetch_one("key_get", {"id": key_id})
     if row is None:
@@ -113,9 +88,7 @@ async def key_get(tx: Tx, key_id: str, scope: Scope | None = None) -> ApiKeyReco
     return key
 
 
-async def key_list(
-    tx: Tx, scope: Scope | None, *, limit: int, after: str = FIRST
-) -> list[ApiKeyRecord]:
+async def key_list(tx: Tx, scope: Scope | None, *, limit: int, after: str = FIRST) -> list[ApiKey]:
     """Keys in id order after the cursor ``after``; every scope when ``scope`` is None."""
     if scope is None:
         rows = await tx.fetch_all("key_list_all", {"after": after, "limit": limit})
@@ -146,7 +119,7 @@ async def key_revoke(tx: Tx, key_id: str, now: datetime) -> bool:
     return await tx.execute("key_revoke", {"id": key_id, "revoked_at": now}) == 1
 
 
-async def audit_insert(tx: Tx, record: AuditRecord) -> None:
+async def audit_insert(tx: Tx, record: AuditEntry) -> None:
     await tx.execute(
         "audit_insert",
         {
@@ -164,9 +137,9 @@ async def audit_insert(tx: Tx, record: AuditRecord) -> None:
     )
 
 
-def _audit(row: Row) -> AuditRecord:
+def _audit(row: Row) -> AuditEntry:
     details = row["details"]
-    return AuditRecord(
+    return AuditEntry(
         id=str(row["id"]),
         scope=Scope(str(row["tenant"]), str(row["environment"])),
         actor=str(row["actor"]),
@@ -186,7 +159,7 @@ async def audit_list(
     limit: int,
     before: str = LAST,
     target: tuple[str, str] | None = None,
-) -> list[AuditRecord]:
+) -> list[AuditEntry]:
     """Newest first, strictly before the cursor id; optionally for one target (kind, id)."""
     params: dict[str, Any] = {
         "tenant": scope.tenant,

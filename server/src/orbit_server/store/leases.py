@@ -10,12 +10,11 @@ from typing import Any
 
 import msgspec
 
+from orbit_server.pulse.model import Attempt, Gate, LockedTask, Queue, Task
+from orbit_server.pulse.states import SideEffect, TaskState
 from orbit_server.scope import Scope
 from orbit_server.store.base import Row, Tx, chunks
 from orbit_server.store.pulse import (
-    AttemptRecord,
-    QueueRecord,
-    TaskRecord,
     attempt_from_row,
     key_permits_ensure,
     queue_from_row,
@@ -32,40 +31,6 @@ class Candidate:
     concurrency_key: str | None
     handler_version: str | None
     gate_id: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class LockedTask:
-    """What the bulk start and result paths read of a locked task row: its lease (the fence),
-    state and what the transition writes besides the row — not the params or the result."""
-
-    id: str
-    scope: Scope
-    queue: str
-    state: str
-    lease_epoch: int
-    lease_token: str | None
-    session_id: str | None
-    lease_expires_at: datetime | None
-    deadline_at: datetime | None
-    cancel_requested: bool
-    gate_id: str | None
-    timeout_ms: int
-    concurrency_key: str | None
-    owner_kind: str | None
-    owner_id: str | None
-    event_seq: int
-    side_effect: str
-
-
-@dataclass(frozen=True, slots=True)
-class GateRecord:
-    id: str
-    scope: Scope
-    open: bool
-    version: int
-    created_at: datetime
-    updated_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,11 +72,11 @@ class KeySpan:
 
 async def claim_outlook(
     tx: Tx, scope: Scope, queue: str, types: Sequence[str]
-) -> tuple[QueueRecord | None, dict[str, KeySpan]]:
+) -> tuple[Queue | None, dict[str, KeySpan]]:
     """What a claim needs to know first, in one statement: the queue (None if it does not
     exist), and for each of ``types`` with claimable work its span of fairness keys; types
     without work are absent."""
-    found: QueueRecord | None = None
+    found: Queue | None = None
     spans: dict[str, KeySpan] = {}
     for part in chunks(sorted(set(types)), HEADS_PER_STATEMENT):
         many = [{**_scope(scope), "queue": queue, "type": t} for t in part]
@@ -240,12 +205,12 @@ async def gate_park(tx: Tx, gate_id: str, *, open_: bool) -> int:
     return await tx.execute("ready_delete_for_gate", {"gate_id": gate_id})
 
 
-async def gate_get(tx: Tx, scope: Scope, gate_id: str, *, lock: bool = False) -> GateRecord | None:
+async def gate_get(tx: Tx, scope: Scope, gate_id: str, *, lock: bool = False) -> Gate | None:
     """One gate; ``lock`` holds its row exclusively (what opening and closing do)."""
     row = await tx.fetch_one("gate_lock" if lock else "gate_get", {**_scope(scope), "id": gate_id})
     if row is None:
         return None
-    return GateRecord(
+    return Gate(
         id=str(row["id"]),
         scope=Scope(str(row["tenant"]), str(row["environment"])),
         open=bool(row["open"]),
@@ -409,7 +374,7 @@ async def tasks_lease_many(
     node: str,
     worker_id: str,
     now: datetime,
-) -> list[TaskRecord]:
+) -> list[Task]:
     """Lease pending tasks to a session (a new epoch each); answers the leased tasks."""
     if not task_ids:
         return []
@@ -450,14 +415,14 @@ async def tasks_lock_many_in(
 def _locked(r: Row) -> LockedTask:
     return LockedTask(
         id=str(r["id"]), scope=Scope(str(r["tenant"]), str(r["environment"])),
-        queue=str(r["queue"]), state=str(r["state"]), lease_epoch=int(r["lease_epoch"]),
+        queue=str(r["queue"]), state=TaskState(r["state"]), lease_epoch=int(r["lease_epoch"]),
         lease_token=r["lease_token"], session_id=r["session_id"],
         lease_expires_at=r["lease_expires_at"],
         deadline_at=r["deadline_at"], cancel_requested=bool(r["cancel_requested"]),
         gate_id=r["gate_id"], timeout_ms=int(r["timeout_ms"]),
         concurrency_key=r["concurrency_key"], owner_kind=r["owner_kind"],
         owner_id=r["owner_id"], event_seq=int(r["event_seq"]),
-        side_effect=str(r["side_effect"]),
+        side_effect=SideEffect(r["side_effect"]),
     )  # fmt: skip
 
 
@@ -510,7 +475,7 @@ async def tasks_start_many(
     await tx.execute("attempts_start_many", {"task_ids": ids, "expires_at": expires_at, "now": now})
 
 
-async def tasks_get_many(tx: Tx, task_ids: Sequence[str]) -> list[TaskRecord]:
+async def tasks_get_many(tx: Tx, task_ids: Sequence[str]) -> list[Task]:
     if not task_ids:
         return []
     rows = await tx.fetch_all("tasks_get_many", {"task_ids": list(task_ids)})
@@ -518,7 +483,7 @@ async def tasks_get_many(tx: Tx, task_ids: Sequence[str]) -> list[TaskRecord]:
     return [by_id[t] for t in task_ids if t in by_id]
 
 
-async def attempts_insert(tx: Tx, leased: Sequence[TaskRecord], now: datetime) -> None:
+async def attempts_insert(tx: Tx, leased: Sequence[Task], now: datetime) -> None:
     """One attempt row per new lease, numbered by the lease epoch. An attempt is never leased
     before the one it follows ended: ``now`` is when this transaction began, on this node's
     clock, and the previous attempt's end may be later (a transaction that committed while
@@ -608,14 +573,14 @@ async def attempt_update(
     )
 
 
-async def attempt_get(tx: Tx, task_id: str, number: int) -> AttemptRecord | None:
+async def attempt_get(tx: Tx, task_id: str, number: int) -> Attempt | None:
     rows = await tx.fetch_all("attempt_get", {"task_id": task_id, "number": number})
     return attempt_from_row(rows[0]) if rows else None
 
 
 async def task_lock_fenced(
     tx: Tx, task_id: str, epoch: int, token: str, session_id: str
-) -> TaskRecord | None:
+) -> Task | None:
     """The task if (and only if) this lease — attempt, token and session — still holds it (or
     last held it, once it ended); locks the row."""
     row = await tx.fetch_one(
@@ -672,7 +637,7 @@ async def leases_expired(tx: Tx, now: datetime, *, limit: int) -> list[tuple[str
     return [(str(r["id"]), Scope(str(r["tenant"]), str(r["environment"]))) for r in rows]
 
 
-async def scheduled_due(tx: Tx, now: datetime, *, limit: int) -> list[TaskRecord]:
+async def scheduled_due(tx: Tx, now: datetime, *, limit: int) -> list[Task]:
     rows = await tx.fetch_all("scheduled_due", {"now": now, "limit": limit})
     return [task_from_row(r) for r in rows]
 

@@ -3,104 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import msgspec
 
+from orbit_server.pulse.model import Attempt, Queue, ResultEvent, Task
+from orbit_server.pulse.states import AttemptState, SideEffect, TaskState
 from orbit_server.scope import Scope
 from orbit_server.store.base import DuplicateKey, Row, Tx, chunks
 
 LAST = "~"  # sorts after every id
-
-
-@dataclass(frozen=True, slots=True)
-class QueueRecord:
-    scope: Scope
-    name: str
-    paused: bool
-    concurrency_limit: int | None
-    key_concurrency: int
-    max_pending: int | None
-    pending: int  # scheduled + pending
-    active: int  # leased + running
-    created_at: datetime
-    updated_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class TaskRecord:
-    id: str
-    scope: Scope
-    queue: str
-    type: str
-    state: str
-    params: Any
-    priority: int
-    run_at: datetime
-    attempts: int
-    max_attempts: int
-    initial_backoff_ms: int
-    backoff_multiplier: float
-    max_backoff_ms: int
-    timeout_ms: int
-    idempotency_key: str | None
-    request_hash: str | None
-    concurrency_key: str | None
-    fairness_key: str | None
-    side_effect: str
-    handler_version: str | None
-    labels: dict[str, str]
-    owner_kind: str | None
-    owner_id: str | None
-    owner_step: str | None
-    gate_id: str | None
-    traceparent: str | None
-    result: Any
-    error: dict[str, Any] | None
-    cancel_requested: bool
-    cancel_reason: str | None
-    lease_epoch: int
-    event_seq: int
-    lease_token: str | None
-    lease_expires_at: datetime | None
-    session_id: str | None
-    node: str | None
-    worker_id: str | None
-    created_at: datetime
-    updated_at: datetime
-    finished_at: datetime | None
-    deadline_at: datetime | None = None  # start + timeout_ms of the running attempt
-
-
-@dataclass(frozen=True, slots=True)
-class AttemptRecord:
-    task_id: str
-    number: int
-    state: str
-    cause: str | None
-    worker_id: str | None
-    session_id: str | None
-    node: str | None
-    leased_at: datetime
-    started_at: datetime | None
-    ended_at: datetime | None
-    lease_expires_at: datetime | None
-    error: dict[str, Any] | None
-
-
-@dataclass(frozen=True, slots=True)
-class TaskEventRecord:
-    id: str
-    scope: Scope
-    task_id: str
-    attempt: int
-    state: str
-    owner_kind: str | None
-    owner_id: str | None
-    created_at: datetime
-    seq: int = 0  # the task's n-th event; with task_id it makes the event unique
 
 
 def _json(value: Any) -> str:
@@ -115,8 +28,8 @@ def _scope_params(scope: Scope) -> dict[str, Any]:
     return {"tenant": scope.tenant, "environment": scope.environment}
 
 
-def queue_from_row(row: Row) -> QueueRecord:
-    return QueueRecord(
+def queue_from_row(row: Row) -> Queue:
+    return Queue(
         scope=Scope(str(row["tenant"]), str(row["environment"])),
         name=str(row["name"]),
         paused=bool(row["paused"]),
@@ -130,13 +43,13 @@ def queue_from_row(row: Row) -> QueueRecord:
     )
 
 
-def task_from_row(row: Row) -> TaskRecord:
-    return TaskRecord(
+def task_from_row(row: Row) -> Task:
+    return Task(
         id=str(row["id"]),
         scope=Scope(str(row["tenant"]), str(row["environment"])),
         queue=str(row["queue"]),
         type=str(row["type"]),
-        state=str(row["state"]),
+        state=TaskState(row["state"]),
         params=_unjson(row["params"]),
         priority=int(row["priority"]),
         run_at=row["run_at"],
@@ -150,7 +63,7 @@ def task_from_row(row: Row) -> TaskRecord:
         request_hash=row["request_hash"],
         concurrency_key=row["concurrency_key"],
         fairness_key=row["fairness_key"],
-        side_effect=str(row["side_effect"]),
+        side_effect=SideEffect(row["side_effect"]),
         handler_version=row["handler_version"],
         labels=_unjson(row["labels"]) or {},
         owner_kind=row["owner_kind"],
@@ -188,7 +101,7 @@ async def queue_ensure(tx: Tx, scope: Scope, name: str, now: datetime) -> bool:
     return True
 
 
-async def queue_lock_or_create(tx: Tx, scope: Scope, name: str, now: datetime) -> QueueRecord:
+async def queue_lock_or_create(tx: Tx, scope: Scope, name: str, now: datetime) -> Queue:
     """Lock the queue's row, creating it first if it does not exist.
 
     Locking before inserting matters on MySQL/MariaDB: a duplicate-key INSERT takes a shared
@@ -202,7 +115,7 @@ async def queue_lock_or_create(tx: Tx, scope: Scope, name: str, now: datetime) -
     return queue
 
 
-async def queue_get(tx: Tx, scope: Scope, name: str, *, lock: bool = False) -> QueueRecord | None:
+async def queue_get(tx: Tx, scope: Scope, name: str, *, lock: bool = False) -> Queue | None:
     """One queue; ``lock`` holds its row for the rest of the transaction (quota checks)."""
     row = await tx.fetch_one(
         "queue_lock" if lock else "queue_get", {**_scope_params(scope), "name": name}
@@ -210,7 +123,7 @@ async def queue_get(tx: Tx, scope: Scope, name: str, *, lock: bool = False) -> Q
     return None if row is None else queue_from_row(row)
 
 
-async def queue_list(tx: Tx, scope: Scope, *, limit: int, after: str = "") -> list[QueueRecord]:
+async def queue_list(tx: Tx, scope: Scope, *, limit: int, after: str = "") -> list[Queue]:
     rows = await tx.fetch_all(
         "queue_list", {**_scope_params(scope), "after": after, "limit": limit}
     )
@@ -341,7 +254,7 @@ async def queue_oldest_ready_at(tx: Tx, scope: Scope, name: str) -> datetime | N
 # -- tasks ------------------------------------------------------------------------------------
 
 
-def task_insert_params(task: TaskRecord) -> dict[str, Any]:
+def task_insert_params(task: Task) -> dict[str, Any]:
     """The parameters of ``task_insert`` for one task (also for bulk ``execute_many``)."""
     return {
         **_scope_params(task.scope),
@@ -373,12 +286,12 @@ def task_insert_params(task: TaskRecord) -> dict[str, Any]:
     }
 
 
-async def task_insert(tx: Tx, task: TaskRecord) -> None:
+async def task_insert(tx: Tx, task: Task) -> None:
     """Insert a new task; DuplicateKey when its idempotency key is taken."""
     await tx.execute("task_insert", task_insert_params(task))
 
 
-async def task_insert_leased(tx: Tx, task: TaskRecord) -> None:
+async def task_insert_leased(tx: Tx, task: Task) -> None:
     """Insert a task already leased (its lease fields set): direct dispatch, decision 0010."""
     await tx.execute(
         "task_insert_leased",
@@ -393,13 +306,13 @@ async def task_insert_leased(tx: Tx, task: TaskRecord) -> None:
     )
 
 
-async def tasks_insert_many(tx: Tx, tasks: Sequence[TaskRecord]) -> None:
+async def tasks_insert_many(tx: Tx, tasks: Sequence[Task]) -> None:
     """Insert tasks without idempotency keys in one multi-row statement."""
     if tasks:
         await tx.execute_many("task_insert", [task_insert_params(t) for t in tasks])
 
 
-async def task_ready_insert_many(tx: Tx, tasks: Sequence[TaskRecord]) -> None:
+async def task_ready_insert_many(tx: Tx, tasks: Sequence[Task]) -> None:
     """Put pending tasks (no concurrency key, gate open or none) into the claim range."""
     if tasks:
         await tx.execute_many("task_ready_insert", [task_ready_params(t) for t in tasks])
@@ -418,7 +331,7 @@ async def tasks_in_states(tx: Tx, task_ids: Sequence[str], states: Iterable[str]
     return found
 
 
-async def task_get(tx: Tx, scope: Scope, task_id: str, *, lock: bool = False) -> TaskRecord | None:
+async def task_get(tx: Tx, scope: Scope, task_id: str, *, lock: bool = False) -> Task | None:
     """One task of the scope; ``lock`` holds its row until the transaction ends."""
     row = await tx.fetch_one(
         "task_lock" if lock else "task_get", {**_scope_params(scope), "id": task_id}
@@ -426,7 +339,7 @@ async def task_get(tx: Tx, scope: Scope, task_id: str, *, lock: bool = False) ->
     return None if row is None else task_from_row(row)
 
 
-async def task_get_by_idempotency_key(tx: Tx, scope: Scope, key: str) -> TaskRecord | None:
+async def task_get_by_idempotency_key(tx: Tx, scope: Scope, key: str) -> Task | None:
     row = await tx.fetch_one(
         "task_get_by_idempotency_key", {**_scope_params(scope), "idempotency_key": key}
     )
@@ -441,7 +354,7 @@ async def task_list(
     before: str = LAST,
     queue: str | None = None,
     state: str | None = None,
-) -> list[TaskRecord]:
+) -> list[Task]:
     """Newest first, strictly before the cursor id; each filter combination uses its index."""
     params: dict[str, Any] = {**_scope_params(scope), "limit": limit, "before": before}
     if queue is not None:
@@ -457,7 +370,7 @@ async def task_list(
     return [task_from_row(r) for r in await tx.fetch_all(name, params)]
 
 
-def task_ready_params(task: TaskRecord) -> dict[str, Any]:
+def task_ready_params(task: Task) -> dict[str, Any]:
     """The parameters of ``task_ready_insert`` for one task."""
     return {
         **_scope_params(task.scope),
@@ -473,7 +386,7 @@ def task_ready_params(task: TaskRecord) -> dict[str, Any]:
     }
 
 
-async def task_ready_insert(tx: Tx, task: TaskRecord) -> None:
+async def task_ready_insert(tx: Tx, task: Task) -> None:
     """Put a pending task into the claim range."""
     await tx.execute("task_ready_insert", task_ready_params(task))
 
@@ -488,7 +401,7 @@ async def task_request_cancel(tx: Tx, task_id: str, reason: str | None, now: dat
     return changed == 1
 
 
-def task_event_params(event: TaskEventRecord) -> dict[str, Any]:
+def task_event_params(event: ResultEvent) -> dict[str, Any]:
     """The parameters of ``task_event_insert`` for one event."""
     return {
         **_scope_params(event.scope),
@@ -503,7 +416,7 @@ def task_event_params(event: TaskEventRecord) -> dict[str, Any]:
     }
 
 
-async def task_event_insert(tx: Tx, event: TaskEventRecord) -> bool:
+async def task_event_insert(tx: Tx, event: ResultEvent) -> bool:
     """Write the task's ``event.seq``-th result event and advance its counter; answers False
     when that event already exists (a duplicate)."""
     if not await tx.execute("task_event_seq_set", {"task_id": event.task_id, "seq": event.seq}):
@@ -515,21 +428,21 @@ async def task_event_insert(tx: Tx, event: TaskEventRecord) -> bool:
     return True
 
 
-async def task_events_insert_many(tx: Tx, events: Sequence[TaskEventRecord]) -> None:
+async def task_events_insert_many(tx: Tx, events: Sequence[ResultEvent]) -> None:
     """Write result events of tasks whose counters the statement that moved them advanced
     already (the bulk success path), in one statement."""
     if events:
         await tx.execute_many("task_event_insert", [task_event_params(e) for e in events])
 
 
-async def task_event_list_pending(tx: Tx, *, limit: int, after: str = "") -> list[TaskEventRecord]:
+async def task_event_list_pending(tx: Tx, *, limit: int, after: str = "") -> list[ResultEvent]:
     rows = await tx.fetch_all("task_event_list_pending", {"after": after, "limit": limit})
     return _events(rows)
 
 
 async def task_event_list_pending_owned(
     tx: Tx, owner_kind: str, *, limit: int, after: str = ""
-) -> list[TaskEventRecord]:
+) -> list[ResultEvent]:
     """Unprocessed events of tasks owned by ``owner_kind``, oldest first."""
     rows = await tx.fetch_all(
         "task_event_list_pending_owned", {"owner_kind": owner_kind, "after": after, "limit": limit}
@@ -551,14 +464,14 @@ async def task_events_mark_processed_many(
     return set(fresh)
 
 
-def _events(rows: Sequence[Row]) -> list[TaskEventRecord]:
+def _events(rows: Sequence[Row]) -> list[ResultEvent]:
     return [
-        TaskEventRecord(
+        ResultEvent(
             id=str(r["id"]),
             scope=Scope(str(r["tenant"]), str(r["environment"])),
             task_id=str(r["task_id"]),
             attempt=int(r["attempt"]),
-            state=str(r["state"]),
+            state=TaskState(r["state"]),
             owner_kind=r["owner_kind"],
             owner_id=r["owner_id"],
             created_at=r["created_at"],
@@ -568,16 +481,16 @@ def _events(rows: Sequence[Row]) -> list[TaskEventRecord]:
     ]
 
 
-async def attempt_list(tx: Tx, task_id: str) -> list[AttemptRecord]:
+async def attempt_list(tx: Tx, task_id: str) -> list[Attempt]:
     rows = await tx.fetch_all("attempt_list", {"task_id": task_id})
     return [attempt_from_row(r) for r in rows]
 
 
-def attempt_from_row(r: Row) -> AttemptRecord:
-    return AttemptRecord(
+def attempt_from_row(r: Row) -> Attempt:
+    return Attempt(
         task_id=str(r["task_id"]),
         number=int(r["number"]),
-        state=str(r["state"]),
+        state=AttemptState(r["state"]),
         cause=r["cause"],
         worker_id=r["worker_id"],
         session_id=r["session_id"],

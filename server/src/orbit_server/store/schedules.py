@@ -9,35 +9,9 @@ from typing import Any
 
 import msgspec
 
+from orbit_server.pulse.schedule_model import Backfill, FireEntry, Schedule
 from orbit_server.scope import Scope
 from orbit_server.store.base import Row, Tx, chunks, json_table_rows
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduleRecord:
-    id: str
-    scope: Scope
-    name: str
-    version: int
-    cron: str | None
-    timezone: str
-    interval_ms: int | None
-    task: dict[str, Any]  # the task template, as the API took it
-    catchup: str
-    catchup_max: int
-    overlap: str
-    start_at: datetime | None
-    end_at: datetime | None
-    paused: bool
-    paused_reason: str | None
-    next_fire_at: datetime | None
-    due_at: datetime | None
-    last_fire_at: datetime | None
-    last_task_id: str | None
-    queued_fire_at: datetime | None
-    created_at: datetime
-    updated_at: datetime
-    failure: str | None = None  # why the scheduler could not fire it at its last try
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,42 +27,12 @@ class Position:
     failure: str | None = None  # the pass could not plan it (None: it was planned)
 
 
-@dataclass(frozen=True, slots=True)
-class FireRecord:
-    schedule_id: str
-    fire_at: datetime
-    planned: bool  # a slot of the timing (False: trigger now)
-    scope: Scope
-    schedule: str
-    outcome: str
-    cause: str
-    task_id: str | None
-    recorded_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class BackfillRecord:
-    id: str
-    schedule_id: str
-    scope: Scope
-    schedule: str
-    from_at: datetime
-    to_at: datetime
-    cursor_at: datetime | None
-    state: str  # running | done | cancelled | failed
-    fired: int
-    existing: int
-    created_at: datetime
-    finished_at: datetime | None
-    failure: str | None = None  # why it failed
-
-
 def _scope(row: Row) -> Scope:
     return Scope(str(row["tenant"]), str(row["environment"]))
 
 
-def schedule_from_row(row: Row) -> ScheduleRecord:
-    return ScheduleRecord(
+def schedule_from_row(row: Row) -> Schedule:
+    return Schedule(
         id=str(row["id"]),
         scope=_scope(row),
         name=str(row["name"]),
@@ -115,7 +59,7 @@ def schedule_from_row(row: Row) -> ScheduleRecord:
     )
 
 
-def _schedule_params(s: ScheduleRecord) -> dict[str, Any]:
+def _schedule_params(s: Schedule) -> dict[str, Any]:
     return {
         "id": s.id,
         "tenant": s.scope.tenant,
@@ -144,14 +88,12 @@ def _schedule_params(s: ScheduleRecord) -> dict[str, Any]:
     }
 
 
-async def schedule_insert(tx: Tx, schedule: ScheduleRecord) -> None:
+async def schedule_insert(tx: Tx, schedule: Schedule) -> None:
     """Raises ``DuplicateKey`` when the scope has a schedule of that name."""
     await tx.execute("schedule_insert", _schedule_params(schedule))
 
 
-async def schedule_get(
-    tx: Tx, scope: Scope, name: str, *, lock: bool = False
-) -> ScheduleRecord | None:
+async def schedule_get(tx: Tx, scope: Scope, name: str, *, lock: bool = False) -> Schedule | None:
     """The scope's schedule of that name; ``lock`` holds its row until the transaction ends."""
     row = await tx.fetch_one(
         "schedule_lock" if lock else "schedule_get",
@@ -160,15 +102,13 @@ async def schedule_get(
     return None if row is None else schedule_from_row(row)
 
 
-async def schedule_lock_by_id(tx: Tx, schedule_id: str) -> ScheduleRecord | None:
+async def schedule_lock_by_id(tx: Tx, schedule_id: str) -> Schedule | None:
     """The schedule, its row held until the transaction ends."""
     row = await tx.fetch_one("schedule_lock_by_id", {"id": schedule_id})
     return None if row is None else schedule_from_row(row)
 
 
-async def schedules_list(
-    tx: Tx, scope: Scope, *, after: str | None, limit: int
-) -> list[ScheduleRecord]:
+async def schedules_list(tx: Tx, scope: Scope, *, after: str | None, limit: int) -> list[Schedule]:
     rows = await tx.fetch_all(
         "schedules_list",
         {
@@ -181,7 +121,7 @@ async def schedules_list(
     return [schedule_from_row(r) for r in rows]
 
 
-async def schedule_update(tx: Tx, schedule: ScheduleRecord) -> None:
+async def schedule_update(tx: Tx, schedule: Schedule) -> None:
     """Write every changeable column of the schedule (by id)."""
     await tx.execute("schedule_update", _schedule_params(schedule))
 
@@ -190,7 +130,7 @@ async def schedule_delete(tx: Tx, schedule_id: str) -> bool:
     return await tx.execute("schedule_delete", {"id": schedule_id}) > 0
 
 
-async def schedules_due_lock(tx: Tx, now: datetime, *, limit: int) -> list[ScheduleRecord]:
+async def schedules_due_lock(tx: Tx, now: datetime, *, limit: int) -> list[Schedule]:
     """Up to ``limit`` schedules due at ``now``, oldest due first, locked; on MySQL/MariaDB
     rows locked by another transaction are passed over."""
     rows = await tx.fetch_all("schedules_due_lock", {"now": now, "limit": limit})
@@ -237,8 +177,8 @@ async def schedules_due_times(tx: Tx, *, limit: int) -> list[datetime]:
 # -- the fire ledger ----------------------------------------------------------------------------
 
 
-def fire_from_row(row: Row) -> FireRecord:
-    return FireRecord(
+def fire_from_row(row: Row) -> FireEntry:
+    return FireEntry(
         schedule_id=str(row["schedule_id"]),
         fire_at=row["fire_at"],
         planned=bool(row["planned"]),
@@ -251,7 +191,7 @@ def fire_from_row(row: Row) -> FireRecord:
     )
 
 
-def _fire_params(f: FireRecord) -> dict[str, Any]:
+def _fire_params(f: FireEntry) -> dict[str, Any]:
     return {
         "schedule_id": f.schedule_id,
         "fire_at": f.fire_at,
@@ -266,19 +206,19 @@ def _fire_params(f: FireRecord) -> dict[str, Any]:
     }
 
 
-async def fires_insert(tx: Tx, fires: Sequence[FireRecord]) -> None:
+async def fires_insert(tx: Tx, fires: Sequence[FireEntry]) -> None:
     """Raises ``DuplicateKey`` when a slot is in the ledger already (one multi-row insert)."""
     await tx.execute_many("fire_insert", [_fire_params(f) for f in fires])
 
 
-async def fire_update(tx: Tx, fire: FireRecord) -> bool:
+async def fire_update(tx: Tx, fire: FireEntry) -> bool:
     """A slot's new outcome, cause and task (a queued slot fired, a slot fired by backfill)."""
     return await tx.execute("fire_update", _fire_params(fire)) > 0
 
 
 async def fires_newest(
     tx: Tx, schedule_id: str, *, before: datetime | None, limit: int
-) -> list[FireRecord]:
+) -> list[FireEntry]:
     """The ledger of a schedule, newest first, from before ``before``."""
     rows = await tx.fetch_all(
         "fires_newest",
@@ -293,10 +233,10 @@ UNION_PARTS = 100  # schedules whose newest entries one statement reads
 
 async def fires_newest_of(
     tx: Tx, schedule_ids: Sequence[str], *, limit: int
-) -> dict[str, list[FireRecord]]:
+) -> dict[str, list[FireEntry]]:
     """The newest ``limit`` ledger entries of each schedule, newest first: one statement for
     up to a hundred schedules, each part an index range of its own."""
-    found: dict[str, list[FireRecord]] = {i: [] for i in schedule_ids}
+    found: dict[str, list[FireEntry]] = {i: [] for i in schedule_ids}
     for part in chunks(schedule_ids, UNION_PARTS):
         many = [{"schedule_id": i, "before": _FAR_FUTURE, "limit": limit} for i in part]
         for row in await tx.fetch_union("fires_newest", many):
@@ -314,7 +254,7 @@ async def fires_last_planned(tx: Tx, schedule_id: str) -> datetime | None:
 
 async def fires_between(
     tx: Tx, schedule_id: str, first: datetime, last: datetime
-) -> dict[datetime, FireRecord]:
+) -> dict[datetime, FireEntry]:
     """The ledger's planned slots from ``first`` to ``last`` (both included), by fire time."""
     rows = await tx.fetch_all(
         "fires_between", {"schedule_id": schedule_id, "first": first, "last": last}
@@ -331,8 +271,8 @@ async def fires_prune(tx: Tx, before: datetime, *, limit: int) -> int:
 # -- backfills ----------------------------------------------------------------------------------
 
 
-def backfill_from_row(row: Row) -> BackfillRecord:
-    return BackfillRecord(
+def backfill_from_row(row: Row) -> Backfill:
+    return Backfill(
         id=str(row["id"]),
         schedule_id=str(row["schedule_id"]),
         scope=_scope(row),
@@ -349,7 +289,7 @@ def backfill_from_row(row: Row) -> BackfillRecord:
     )
 
 
-def _backfill_params(b: BackfillRecord) -> dict[str, Any]:
+def _backfill_params(b: Backfill) -> dict[str, Any]:
     return {
         "id": b.id,
         "schedule_id": b.schedule_id,
@@ -368,27 +308,27 @@ def _backfill_params(b: BackfillRecord) -> dict[str, Any]:
     }
 
 
-async def backfill_insert(tx: Tx, backfill: BackfillRecord) -> None:
+async def backfill_insert(tx: Tx, backfill: Backfill) -> None:
     await tx.execute("backfill_insert", _backfill_params(backfill))
 
 
-async def backfill_get(tx: Tx, schedule_id: str, backfill_id: str) -> BackfillRecord | None:
+async def backfill_get(tx: Tx, schedule_id: str, backfill_id: str) -> Backfill | None:
     row = await tx.fetch_one("backfill_get", {"id": backfill_id, "schedule_id": schedule_id})
     return None if row is None else backfill_from_row(row)
 
 
-async def backfills_of(tx: Tx, schedule_id: str, *, limit: int) -> list[BackfillRecord]:
+async def backfills_of(tx: Tx, schedule_id: str, *, limit: int) -> list[Backfill]:
     """A schedule's backfills, newest first."""
     rows = await tx.fetch_all("backfills_of", {"schedule_id": schedule_id, "limit": limit})
     return [backfill_from_row(r) for r in rows]
 
 
-async def backfill_update(tx: Tx, backfill: BackfillRecord) -> None:
+async def backfill_update(tx: Tx, backfill: Backfill) -> None:
     """Write a backfill's progress: cursor, state, counts, finish time, failure."""
     await tx.execute("backfill_update", _backfill_params(backfill))
 
 
-async def backfills_running_lock(tx: Tx, *, limit: int) -> list[BackfillRecord]:
+async def backfills_running_lock(tx: Tx, *, limit: int) -> list[Backfill]:
     """Up to ``limit`` running backfills, oldest first, locked (others' passed over)."""
     rows = await tx.fetch_all("backfills_running_lock", {"limit": limit})
     return [backfill_from_row(r) for r in rows]

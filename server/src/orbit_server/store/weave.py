@@ -4,7 +4,6 @@ signals."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -12,6 +11,8 @@ import msgspec
 
 from orbit_server.scope import Scope
 from orbit_server.store.base import Row, Tx, json_table_rows
+from orbit_server.weave.model import Signal, StepExecution, StoredDefinition, Workflow
+from orbit_server.weave.states import StepState, WorkflowState
 
 
 def _json(value: Any) -> str | None:
@@ -33,18 +34,8 @@ def _scoped(scope: Scope) -> dict[str, str]:
 # -- definitions ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class DefinitionRecord:
-    scope: Scope
-    name: str
-    version: str
-    digest: str
-    body: dict[str, Any] | None  # None in lists
-    created_at: datetime
-
-
-def _definition(row: Row) -> DefinitionRecord:
-    return DefinitionRecord(
+def _definition(row: Row) -> StoredDefinition:
+    return StoredDefinition(
         scope=_scope(row),
         name=str(row["name"]),
         version=str(row["version"]),
@@ -54,7 +45,7 @@ def _definition(row: Row) -> DefinitionRecord:
     )
 
 
-async def workflow_definition_insert(tx: Tx, record: DefinitionRecord) -> None:
+async def workflow_definition_insert(tx: Tx, record: StoredDefinition) -> None:
     """Raises ``DuplicateKey`` when the version exists."""
     await tx.execute(
         "workflow_definition_insert",
@@ -65,7 +56,7 @@ async def workflow_definition_insert(tx: Tx, record: DefinitionRecord) -> None:
 
 async def workflow_definition_get(
     tx: Tx, scope: Scope, name: str, version: str
-) -> DefinitionRecord | None:
+) -> StoredDefinition | None:
     row = await tx.fetch_one(
         "workflow_definition_get", {**_scoped(scope), "name": name, "version": version}
     )
@@ -80,7 +71,7 @@ async def workflow_definition_latest_version(tx: Tx, scope: Scope, name: str) ->
 
 async def workflow_definitions_list(
     tx: Tx, scope: Scope, *, name: str | None, after: tuple[str, str] | None, limit: int
-) -> list[DefinitionRecord]:
+) -> list[StoredDefinition]:
     """Versions by name then version (all names, or one name's)."""
     if name is not None:
         rows = await tx.fetch_all(
@@ -100,35 +91,13 @@ async def workflow_definitions_list(
 # -- instances --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class WorkflowRecord:
-    id: str
-    scope: Scope
-    definition: str
-    version: str
-    state: str
-    input: Any
-    output: Any
-    error: dict[str, Any] | None
-    context: dict[
-        str, Any
-    ]  # {"steps": {id: {"output", "error", "state"}}, "visits": {id: n}, "seq": n}
-    control_version: int
-    gate_id: str
-    idempotency_key: str | None
-    request_hash: str | None
-    created_at: datetime
-    updated_at: datetime
-    finished_at: datetime | None
-
-
-def _workflow(row: Row) -> WorkflowRecord:
-    return WorkflowRecord(
+def _workflow(row: Row) -> Workflow:
+    return Workflow(
         id=str(row["id"]),
         scope=_scope(row),
         definition=str(row["definition"]),
         version=str(row["version"]),
-        state=str(row["state"]),
+        state=WorkflowState(row["state"]),
         input=_unjson(row["input"]),
         output=_unjson(row["output"]),
         error=_unjson(row["error"]),
@@ -143,7 +112,7 @@ def _workflow(row: Row) -> WorkflowRecord:
     )
 
 
-def _workflow_params(w: WorkflowRecord) -> dict[str, Any]:
+def _workflow_params(w: Workflow) -> dict[str, Any]:
     return {
         "id": w.id, **_scoped(w.scope), "definition": w.definition, "version": w.version,
         "state": w.state, "input": msgspec.json.encode(w.input).decode(), "output": _json(w.output),
@@ -154,24 +123,24 @@ def _workflow_params(w: WorkflowRecord) -> dict[str, Any]:
     }  # fmt: skip
 
 
-async def workflow_insert(tx: Tx, workflow: WorkflowRecord) -> None:
+async def workflow_insert(tx: Tx, workflow: Workflow) -> None:
     """Raises ``DuplicateKey`` when the scope has an instance with the idempotency key."""
     await tx.execute("workflow_insert", _workflow_params(workflow))
 
 
-async def workflow_get(tx: Tx, scope: Scope, workflow_id: str) -> WorkflowRecord | None:
+async def workflow_get(tx: Tx, scope: Scope, workflow_id: str) -> Workflow | None:
     row = await tx.fetch_one("workflow_get", {**_scoped(scope), "id": workflow_id})
     return None if row is None else _workflow(row)
 
 
-async def workflow_lock(tx: Tx, workflow_id: str) -> WorkflowRecord | None:
+async def workflow_lock(tx: Tx, workflow_id: str) -> Workflow | None:
     """The instance, its row held until the transaction ends: every change of an instance
     and of its steps takes this lock first."""
     row = await tx.fetch_one("workflow_lock", {"id": workflow_id})
     return None if row is None else _workflow(row)
 
 
-async def workflows_lock_many(tx: Tx, workflow_ids: Sequence[str]) -> list[WorkflowRecord]:
+async def workflows_lock_many(tx: Tx, workflow_ids: Sequence[str]) -> list[Workflow]:
     """Several instances, locked in id order (one order for every batch: no deadlock)."""
     if not workflow_ids:
         return []
@@ -179,7 +148,7 @@ async def workflows_lock_many(tx: Tx, workflow_ids: Sequence[str]) -> list[Workf
     return [_workflow(r) for r in rows]
 
 
-async def workflow_get_by_idempotency_key(tx: Tx, scope: Scope, key: str) -> WorkflowRecord | None:
+async def workflow_get_by_idempotency_key(tx: Tx, scope: Scope, key: str) -> Workflow | None:
     row = await tx.fetch_one(
         "workflow_get_by_idempotency_key", {**_scoped(scope), "idempotency_key": key}
     )
@@ -190,7 +159,7 @@ WORKFLOW_CHANGES = ("id", "state", "output", "error", "context", "control_versio
                     "updated_at", "finished_at")  # fmt: skip
 
 
-async def workflows_update_many(tx: Tx, workflows: Sequence[WorkflowRecord]) -> None:
+async def workflows_update_many(tx: Tx, workflows: Sequence[Workflow]) -> None:
     """Write the changeable columns of instances (by id): one statement on MySQL/MariaDB."""
     rows = [{k: p[k] for k in WORKFLOW_CHANGES} for p in map(_workflow_params, workflows)]
     await _update_many(tx, "workflows_update_many", rows)
@@ -215,7 +184,7 @@ async def workflows_list(
     state: str | None,
     before: str | None,
     limit: int,
-) -> list[WorkflowRecord]:
+) -> list[Workflow]:
     """Newest first; of a definition, in a state, both, or all."""
     params: dict[str, Any] = {**_scoped(scope), "before": before or "~", "limit": limit}
     if definition is not None and state is not None:
@@ -237,40 +206,14 @@ async def workflows_list(
 # -- step executions --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class StepRecord:
-    workflow_id: str
-    key: str
-    seq: int
-    step: str  # the definition's step id
-    kind: str
-    state: str
-    parent_key: str | None
-    branch: str | None
-    item: int | None
-    round: int | None
-    task_id: str | None
-    tries: int
-    input: Any  # what the step started from: the previous output, a map item
-    output: Any
-    error: dict[str, Any] | None
-    progress: dict[str, Any] | None
-    followed: bool
-    due_at: datetime | None
-    wake_at: datetime | None
-    started_at: datetime
-    ended_at: datetime | None
-    updated_at: datetime
-
-
-def _step(row: Row) -> StepRecord:
-    return StepRecord(
+def _step(row: Row) -> StepExecution:
+    return StepExecution(
         workflow_id=str(row["workflow_id"]),
         key=str(row["step_key"]),
         seq=int(row["seq"]),
         step=str(row["step"]),
         kind=str(row["kind"]),
-        state=str(row["state"]),
+        state=StepState(row["state"]),
         parent_key=row["parent_key"],
         branch=row["branch"],
         item=None if row["item"] is None else int(row["item"]),
@@ -290,7 +233,7 @@ def _step(row: Row) -> StepRecord:
     )
 
 
-def _step_params(s: StepRecord) -> dict[str, Any]:
+def _step_params(s: StepExecution) -> dict[str, Any]:
     return {
         "workflow_id": s.workflow_id, "step_key": s.key, "seq": s.seq, "step": s.step,
         "kind": s.kind, "state": s.state, "parent_key": s.parent_key, "branch": s.branch,
@@ -303,7 +246,7 @@ def _step_params(s: StepRecord) -> dict[str, Any]:
 
 
 async def workflow_steps_insert(
-    tx: Tx, steps: Sequence[StepRecord], items: dict[tuple[str, str], Any] | None = None
+    tx: Tx, steps: Sequence[StepExecution], items: dict[tuple[str, str], Any] | None = None
 ) -> None:
     """New step executions in one statement; ``items`` gives a map step's item list by
     (instance, key)."""
@@ -318,12 +261,12 @@ async def workflow_steps_insert(
     await tx.execute_many("workflow_step_insert", rows)
 
 
-async def workflow_step_get(tx: Tx, workflow_id: str, key: str) -> StepRecord | None:
+async def workflow_step_get(tx: Tx, workflow_id: str, key: str) -> StepExecution | None:
     row = await tx.fetch_one("workflow_step_get", {"workflow_id": workflow_id, "step_key": key})
     return None if row is None else _step(row)
 
 
-async def workflow_steps_get_many(tx: Tx, keys: Sequence[tuple[str, str]]) -> list[StepRecord]:
+async def workflow_steps_get_many(tx: Tx, keys: Sequence[tuple[str, str]]) -> list[StepExecution]:
     """Step executions by (instance, key), in one statement."""
     if not keys:
         return []
@@ -348,7 +291,7 @@ async def workflow_step_set_items(tx: Tx, workflow_id: str, key: str, items: lis
     )
 
 
-async def workflow_steps_unfollowed(tx: Tx, workflow_id: str) -> list[StepRecord]:
+async def workflow_steps_unfollowed(tx: Tx, workflow_id: str) -> list[StepExecution]:
     """Ended executions not followed yet (recorded while the instance was paused), in the
     order they began."""
     rows = await tx.fetch_all("workflow_steps_unfollowed", {"workflow_id": workflow_id})
@@ -359,7 +302,7 @@ STEP_CHANGES = ("workflow_id", "step_key", "state", "task_id", "tries", "output"
                 "progress", "followed", "due_at", "wake_at", "ended_at", "updated_at")  # fmt: skip
 
 
-async def workflow_steps_update_many(tx: Tx, steps: Sequence[StepRecord]) -> None:
+async def workflow_steps_update_many(tx: Tx, steps: Sequence[StepExecution]) -> None:
     """Write the changeable columns of step executions (by key): one statement on
     MySQL/MariaDB."""
     rows = [{k: p[k] for k in STEP_CHANGES} for p in map(_step_params, steps)]
@@ -368,7 +311,7 @@ async def workflow_steps_update_many(tx: Tx, steps: Sequence[StepRecord]) -> Non
 
 async def workflow_steps_list(
     tx: Tx, workflow_id: str, *, after: int, limit: int
-) -> list[StepRecord]:
+) -> list[StepExecution]:
     """In the order they were created."""
     rows = await tx.fetch_all(
         "workflow_steps_list", {"workflow_id": workflow_id, "after": after, "limit": limit}
@@ -376,7 +319,7 @@ async def workflow_steps_list(
     return [_step(r) for r in rows]
 
 
-async def workflow_steps_main(tx: Tx, workflow_id: str, *, limit: int) -> list[StepRecord]:
+async def workflow_steps_main(tx: Tx, workflow_id: str, *, limit: int) -> list[StepExecution]:
     """The newest ``limit`` executions that are steps (no map items, no poll rounds), in
     the order they began."""
     rows = await tx.fetch_all("workflow_steps_main", {"workflow_id": workflow_id, "limit": limit})
@@ -385,7 +328,7 @@ async def workflow_steps_main(tx: Tx, workflow_id: str, *, limit: int) -> list[S
 
 async def workflow_steps_in_states(
     tx: Tx, workflow_id: str, states: Sequence[str]
-) -> list[StepRecord]:
+) -> list[StepExecution]:
     rows = await tx.fetch_all(
         "workflow_steps_in_states", {"workflow_id": workflow_id, "states": list(states)}
     )
@@ -426,21 +369,8 @@ async def workflow_steps_rearm(tx: Tx, workflow_id: str) -> int:
 # -- signals ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class SignalRecord:
-    id: str
-    workflow_id: str
-    name: str
-    payload: Any
-    idempotency_key: str | None
-    state: str  # pending | delivered
-    step_key: str | None
-    created_at: datetime
-    delivered_at: datetime | None
-
-
-def _signal(row: Row) -> SignalRecord:
-    return SignalRecord(
+def _signal(row: Row) -> Signal:
+    return Signal(
         id=str(row["id"]),
         workflow_id=str(row["workflow_id"]),
         name=str(row["name"]),
@@ -453,7 +383,7 @@ def _signal(row: Row) -> SignalRecord:
     )
 
 
-async def workflow_signal_insert(tx: Tx, signal: SignalRecord) -> None:
+async def workflow_signal_insert(tx: Tx, signal: Signal) -> None:
     """Raises ``DuplicateKey`` when the instance has a signal with the idempotency key."""
     await tx.execute(
         "workflow_signal_insert",
@@ -464,16 +394,14 @@ async def workflow_signal_insert(tx: Tx, signal: SignalRecord) -> None:
     )  # fmt: skip
 
 
-async def workflow_signal_get_by_key(tx: Tx, workflow_id: str, key: str) -> SignalRecord | None:
+async def workflow_signal_get_by_key(tx: Tx, workflow_id: str, key: str) -> Signal | None:
     row = await tx.fetch_one(
         "workflow_signal_get_by_key", {"workflow_id": workflow_id, "idempotency_key": key}
     )
     return None if row is None else _signal(row)
 
 
-async def workflow_signal_oldest_pending(
-    tx: Tx, workflow_id: str, name: str
-) -> SignalRecord | None:
+async def workflow_signal_oldest_pending(tx: Tx, workflow_id: str, name: str) -> Signal | None:
     row = await tx.fetch_one(
         "workflow_signal_oldest_pending", {"workflow_id": workflow_id, "name": name}
     )
@@ -489,7 +417,7 @@ async def workflow_signal_deliver(tx: Tx, signal_id: str, step_key: str, now: da
     )
 
 
-async def workflow_signals_pending(tx: Tx, workflow_id: str, *, limit: int) -> list[SignalRecord]:
+async def workflow_signals_pending(tx: Tx, workflow_id: str, *, limit: int) -> list[Signal]:
     rows = await tx.fetch_all(
         "workflow_signals_pending", {"workflow_id": workflow_id, "limit": limit}
     )

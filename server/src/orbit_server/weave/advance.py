@@ -23,11 +23,11 @@ from orbit_server.pulse.service import TaskService
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
 from orbit_server.store import weave as store
-from orbit_server.store.weave import WorkflowRecord
 from orbit_server.weave.apply import Advance, apply, load
 from orbit_server.weave.definition import Definition
 from orbit_server.weave.definitions import Definitions
 from orbit_server.weave.engine import ACTIVE, FINISHED, Limits, StepState, WorkflowState
+from orbit_server.weave.model import Workflow
 from orbit_server.weave.plan import plan
 from orbit_server.weave.port import PulsePort
 from orbit_server.weave.view import Due, Event, Need, Plan, Rows, Start, TaskEnded, View
@@ -91,7 +91,7 @@ class Advancement:
         return await apply(tx, self._pulse, plans)
 
     async def start_in(
-        self, tx: Tx, workflow: WorkflowRecord, definition: Definition, input_: Any
+        self, tx: Tx, workflow: Workflow, definition: Definition, input_: Any
     ) -> Advance:
         """A new instance (inserted with the plan) begun at its first step."""
         view = View(workflow, new_instance=True)
@@ -181,11 +181,11 @@ class Advancement:
                 with contextlib.suppress(NotFound):
                     await self._pulse.cancel(tx, workflow.scope, row.task_id, "the workflow failed")
         await store.workflow_steps_update_many(tx, [
-            replace(r, state=str(StepState.CANCELLED), ended_at=now, due_at=None,
+            replace(r, state=StepState.CANCELLED, ended_at=now, due_at=None,
                     wake_at=None, followed=True, updated_at=now)
             for r in rows
         ])  # fmt: skip
-        advance.wf = replace(workflow, state=str(WorkflowState.FAILED), error=error,
+        advance.wf = replace(workflow, state=WorkflowState.FAILED, error=error,
                              finished_at=now, updated_at=now)  # fmt: skip
         await store.workflows_update_many(tx, [advance.wf])
         return advance

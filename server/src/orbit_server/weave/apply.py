@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orbit_server.audit import Actor
+from orbit_server.pulse.model import Task
 from orbit_server.scope import Scope
 from orbit_server.store import Tx
 from orbit_server.store import weave as store
 from orbit_server.store.base import chunks
-from orbit_server.store.pulse import TaskRecord
-from orbit_server.store.weave import StepRecord, WorkflowRecord
 from orbit_server.weave.engine import ACTIVE, FINISHED, StepState
+from orbit_server.weave.model import StepExecution, Workflow
 from orbit_server.weave.port import PulsePort
 from orbit_server.weave.view import (
     Active,
@@ -40,12 +40,12 @@ from orbit_server.weave.view import (
 class Advance:
     """One instance's advancement as committed: what metrics and waiters are told."""
 
-    wf: WorkflowRecord
+    wf: Workflow
     was_finished: bool
     changed: bool = False
     audit: bool = False
     writes: int = 0  # rows written: step executions created or changed, tasks created
-    rows: list[StepRecord] = field(default_factory=list)
+    rows: list[StepExecution] = field(default_factory=list)
     answer: Any = None
 
     @property
@@ -111,7 +111,7 @@ async def _load_one(tx: Tx, view: View, need: Need) -> None:
         view.reviewing = await store.workflow_steps_count_in_state(tx, wf, StepState.NEEDS_REVIEW)
 
 
-def _know(view: View, rows: Sequence[StepRecord]) -> None:
+def _know(view: View, rows: Sequence[StepExecution]) -> None:
     for row in rows:
         view.rows.setdefault(row.key, row)
 
@@ -126,7 +126,7 @@ async def apply(
     for plan, advance in zip(plans, done, strict=True):
         await _apply_pulse(tx, pulse, plan, advance, actor)
     # The new tasks get their ids; the rows that name them by placeholder take them.
-    tasks: dict[Scope, list[TaskRecord]] = {}
+    tasks: dict[Scope, list[Task]] = {}
     owners: dict[Scope, list[Advance]] = {}
     for plan, advance in zip(plans, done, strict=True):
         if not plan.tasks:
@@ -179,7 +179,7 @@ async def _apply_pulse(
                             error=r.error, actor=actor)  # fmt: skip
 
 
-def _named(row: StepRecord, ids: dict[str, str]) -> StepRecord:
+def _named(row: StepExecution, ids: dict[str, str]) -> StepExecution:
     if row.task_id is None or row.task_id not in ids:
         return row
     return dataclasses.replace(row, task_id=ids[row.task_id])
@@ -188,7 +188,7 @@ def _named(row: StepRecord, ids: dict[str, str]) -> StepRecord:
 async def _write_rows(tx: Tx, plans: Sequence[Plan], done: Sequence[Advance]) -> None:
     """New step executions of all plans in one statement, changed ones by key; then the
     items of maps that began on an existing row."""
-    new: list[StepRecord] = []
+    new: list[StepExecution] = []
     items: dict[tuple[str, str], Any] = {}  # by instance too: keys repeat across instances
     for plan, advance in zip(plans, done, strict=True):
         advance.writes += len(plan.new_rows) + len(plan.changed_rows)

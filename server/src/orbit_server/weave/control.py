@@ -10,8 +10,8 @@ from typing import Any
 
 from orbit_server.audit import Actor
 from orbit_server.scope import Scope
-from orbit_server.store.weave import WorkflowRecord
 from orbit_server.weave.advance import Advancement
+from orbit_server.weave.model import Workflow
 from orbit_server.weave.view import Cancel, Event, Pause, ResolveStep, Resume, RetryStep, SkipStep
 
 
@@ -21,21 +21,21 @@ class Control:
 
     async def pause(
         self, scope: Scope, workflow_id: str, *, reason: str | None, actor: Actor
-    ) -> WorkflowRecord:
+    ) -> Workflow:
         """Close the instance's gate and stop following outcomes until resumed."""
         return await self._steer(scope, workflow_id, Pause(), actor, "workflow.pause",
                                  {"reason": reason})  # fmt: skip
 
     async def resume(
         self, scope: Scope, workflow_id: str, *, reason: str | None, actor: Actor
-    ) -> WorkflowRecord:
+    ) -> Workflow:
         """Reopen the gate and go on from what was recorded while paused."""
         return await self._steer(scope, workflow_id, Resume(), actor, "workflow.resume",
                                  {"reason": reason})  # fmt: skip
 
     async def cancel(
         self, scope: Scope, workflow_id: str, *, reason: str | None, actor: Actor
-    ) -> WorkflowRecord:
+    ) -> Workflow:
         """End the instance ``cancelled``; its pending and running step tasks are cancelled
         through Pulse in the same transaction."""
         return await self._steer(scope, workflow_id, Cancel(reason), actor, "workflow.cancel",
@@ -43,14 +43,14 @@ class Control:
 
     async def retry_step(
         self, scope: Scope, workflow_id: str, key: str, *, actor: Actor
-    ) -> WorkflowRecord:
+    ) -> Workflow:
         """A new task for a failed task step that ended the instance; it runs again."""
         return await self._steer(scope, workflow_id, RetryStep(key), actor,
                                  "workflow.step.retry", {"step": key})  # fmt: skip
 
     async def skip_step(
         self, scope: Scope, workflow_id: str, key: str, *, output: Any, actor: Actor
-    ) -> WorkflowRecord:
+    ) -> Workflow:
         """End a step ``skipped`` with the given output and go on as if it had succeeded."""
         return await self._steer(scope, workflow_id, SkipStep(key, output), actor,
                                  "workflow.step.skip", {"step": key})  # fmt: skip
@@ -65,7 +65,7 @@ class Control:
         output: Any,
         error: dict[str, Any] | None,
         actor: Actor,
-    ) -> WorkflowRecord:
+    ) -> Workflow:
         """Decide a step whose task is in needs_review: its task is resolved through Pulse,
         and its result event moves the instance on (boundary 2)."""
         outcome = "succeeded" if succeeded else "failed"
@@ -82,7 +82,7 @@ class Control:
         actor: Actor,
         action: str,
         details: dict[str, Any],
-    ) -> WorkflowRecord:
+    ) -> Workflow:
         advance = await self._advancement.run_one(
             scope, workflow_id, [event], actor=actor, action=action, details=details
         )

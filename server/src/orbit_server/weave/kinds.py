@@ -12,7 +12,6 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from orbit_server.store.weave import StepRecord
 from orbit_server.weave import engine
 from orbit_server.weave.definition import (
     ChoiceStep,
@@ -28,6 +27,7 @@ from orbit_server.weave.definition import (
 )
 from orbit_server.weave.engine import Outcome, StepState, broken, failed
 from orbit_server.weave.expr import ExpressionFailed
+from orbit_server.weave.model import StepExecution
 from orbit_server.weave.states import StepEvent
 from orbit_server.weave.view import Items, Missing, OldestSignal, Outputs
 from orbit_server.weave.walk import Walk
@@ -39,7 +39,7 @@ MAX_MAP_ITEMS = 100_000
 class Planner(Walk):
     """One plan's walk, every kind of step included."""
 
-    def begin_kind(self, row: StepRecord, step: Step) -> None:
+    def begin_kind(self, row: StepExecution, step: Step) -> None:
         if isinstance(step, TaskStep):
             self.start_task(row)
         elif isinstance(step, ChoiceStep):
@@ -79,7 +79,7 @@ class Planner(Walk):
 
     # -- signals and tasks' outcomes -------------------------------------------------------
 
-    def begin_signal(self, row: StepRecord, step: SignalStep) -> None:
+    def begin_signal(self, row: StepExecution, step: SignalStep) -> None:
         if step.name not in self.view.signals:
             raise Missing(OldestSignal(step.name))
         signal = self.view.signals[step.name]
@@ -98,7 +98,7 @@ class Planner(Walk):
             due = self.now + timedelta(milliseconds=step.timeout_ms)
         self.move(row, StepEvent.WAIT, due_at=due, wake_at=due)
 
-    def deliver(self, row: StepRecord, payload: Any) -> None:
+    def deliver(self, row: StepExecution, payload: Any) -> None:
         """A signal reaches the execution waiting for it."""
         expression = self.definition.expr(row.step, "output")
         try:
@@ -111,7 +111,7 @@ class Planner(Walk):
         self.complete(row, Outcome.SUCCEEDED, output=output)
 
     def task_ended(
-        self, row: StepRecord, state: str, result: Any, error: Any, task_id: str
+        self, row: StepExecution, state: str, result: Any, error: Any, task_id: str
     ) -> None:
         """The result event of a step's task: record it and follow."""
         if state == "needs_review":
@@ -135,7 +135,7 @@ class Planner(Walk):
 
     # -- parallel -----------------------------------------------------------------------------
 
-    def branch_ended(self, parent: StepRecord, branch: str | None, output: Any) -> None:
+    def branch_ended(self, parent: StepExecution, branch: str | None, output: Any) -> None:
         step = self.definition.steps[parent.step]
         assert isinstance(step, ParallelStep) and branch is not None
         assert parent.progress is not None
@@ -148,7 +148,7 @@ class Planner(Walk):
 
     # -- map ----------------------------------------------------------------------------------
 
-    def _begin_map(self, row: StepRecord, step: MapStep) -> None:
+    def _begin_map(self, row: StepExecution, step: MapStep) -> None:
         expression = self.definition.expr(step.id, "items")
         assert expression is not None
         items = expression.evaluate(self.data())
@@ -168,7 +168,7 @@ class Planner(Walk):
         row = self.move(row, StepEvent.START, progress=progress)
         self.refill(row)
 
-    def refill(self, row: StepRecord) -> None:
+    def refill(self, row: StepExecution) -> None:
         """Start items until ``max_concurrency`` run, at most ``MAP_BATCH`` in this
         advancement; past that the map's row is due now."""
         step = self.definition.steps[row.step]
@@ -212,7 +212,7 @@ class Planner(Walk):
         due = self.now if room() else None
         self.put(row, progress=progress, due_at=due, wake_at=due)
 
-    def item_ended(self, parent: StepRecord, child: StepRecord, outcome: Outcome) -> None:
+    def item_ended(self, parent: StepExecution, child: StepExecution, outcome: Outcome) -> None:
         assert parent.progress is not None
         if outcome is not Outcome.SUCCEEDED:
             error = dict(child.error or {})
@@ -228,7 +228,7 @@ class Planner(Walk):
         else:
             self.refill(parent)
 
-    def _item_outputs(self, parent: StepRecord) -> list[Any]:
+    def _item_outputs(self, parent: StepExecution) -> list[Any]:
         """The items' outputs: as stored, with this plan's own changes over them."""
         stored = self.view.outputs.get(parent.key)
         if stored is None:
@@ -247,7 +247,7 @@ class Planner(Walk):
 
     # -- poll ---------------------------------------------------------------------------------
 
-    def _start_round(self, row: StepRecord, step: PollStep) -> None:
+    def _start_round(self, row: StepExecution, step: PollStep) -> None:
         assert row.progress is not None
         number = int(row.progress["round"]) + 1
         progress = {**row.progress, "round": number}
@@ -261,7 +261,7 @@ class Planner(Walk):
         )  # fmt: skip
         self.start_task(child)
 
-    def next_round(self, row: StepRecord) -> None:
+    def next_round(self, row: StepExecution) -> None:
         step = self.definition.steps[row.step]
         assert isinstance(step, PollStep)
         if self.over_limit(1):
@@ -272,7 +272,7 @@ class Planner(Walk):
             # As the original row stood (its round not counted): the round never began.
             self.complete(row, Outcome.FAILED, error=broken(exc, step=row.key))
 
-    def round_ended(self, parent: StepRecord, child: StepRecord, outcome: Outcome) -> None:
+    def round_ended(self, parent: StepExecution, child: StepExecution, outcome: Outcome) -> None:
         step = self.definition.steps[parent.step]
         assert isinstance(step, PollStep) and child.round is not None
         if outcome is not Outcome.SUCCEEDED:

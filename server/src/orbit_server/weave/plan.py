@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from orbit_server.errors import IdempotencyConflict, NotFound, StateConflict
-from orbit_server.store.weave import StepRecord
 from orbit_server.weave.definition import Definition, MapStep, PollStep, SignalStep, TimerStep
 from orbit_server.weave.engine import (
     ACTIVE,
@@ -29,6 +28,7 @@ from orbit_server.weave.engine import (
 )
 from orbit_server.weave.expr import ExpressionFailed
 from orbit_server.weave.kinds import Planner
+from orbit_server.weave.model import StepExecution
 from orbit_server.weave.states import StepEvent, WorkflowEvent, review_settled
 from orbit_server.weave.view import (
     Cancel,
@@ -255,7 +255,7 @@ def _skip(walk: Planner, event: SkipStep) -> None:
         walk.follow(row)
 
 
-def _step_of(walk: Planner, key: str) -> StepRecord:
+def _step_of(walk: Planner, key: str) -> StepExecution:
     row = walk.row(key)
     if row is None:
         raise NotFound(f"the workflow has no step {key!r}")
@@ -280,7 +280,7 @@ def _settled(walk: Planner) -> Plan:
         if reviewable and (walk.review_changed or state == WorkflowState.NEEDS_REVIEW):
             state = review_settled(state, _reviewing(walk) > 0)
         walk.wf = dataclasses.replace(
-            walk.wf, state=str(state), context=walk.context, updated_at=walk.now
+            walk.wf, state=WorkflowState(state), context=walk.context, updated_at=walk.now
         )
     plan.workflow = walk.wf
     plan.new_rows = [walk.rows[k] for k in walk.new]

@@ -14,17 +14,16 @@ from typing import Any, Protocol
 from orbit_server.audit import Actor
 from orbit_server.errors import StateConflict
 from orbit_server.pulse.gates import GateService
-from orbit_server.pulse.model import TaskSpec
+from orbit_server.pulse.model import Task, TaskSpec
 from orbit_server.pulse.service import Submitted, TaskService
 from orbit_server.scope import Scope
 from orbit_server.store import Tx
-from orbit_server.store.pulse import TaskRecord
 
 SYSTEM = Actor(name="orbit:weave")
 
 
 class PulsePort(Protocol):
-    def build(self, scope: Scope, specs: Sequence[TaskSpec], now: datetime) -> list[TaskRecord]:
+    def build(self, scope: Scope, specs: Sequence[TaskSpec], now: datetime) -> list[Task]:
         """The tasks ``specs`` ask for, with their ids (not created yet)."""
         ...
 
@@ -32,7 +31,7 @@ class PulsePort(Protocol):
         self,
         tx: Tx,
         scope: Scope,
-        tasks: list[TaskRecord],
+        tasks: list[Task],
         now: datetime,
     ) -> list[Submitted]:
         """Create ``tasks`` of one scope; raises ``QueueFull`` when a queue has no room."""
@@ -71,14 +70,14 @@ class PulseAdapter:
         self.tasks = tasks
         self._gates = gates
 
-    def build(self, scope: Scope, specs: Sequence[TaskSpec], now: datetime) -> list[TaskRecord]:
+    def build(self, scope: Scope, specs: Sequence[TaskSpec], now: datetime) -> list[Task]:
         return self.tasks.build(scope, specs, now)
 
     async def create(
         self,
         tx: Tx,
         scope: Scope,
-        tasks: list[TaskRecord],
+        tasks: list[Task],
         now: datetime,
     ) -> list[Submitted]:
         return await self.tasks.create_in(tx, scope, tasks, now)

@@ -26,10 +26,10 @@ from orbit_server.clock import Clock
 from orbit_server.errors import QueueFull, TransientError
 from orbit_server.pulse.events import EventConsumer
 from orbit_server.pulse.loops import log_skipped
+from orbit_server.pulse.model import ResultEvent
 from orbit_server.pulse.service import TaskService
 from orbit_server.store import Database, Tx
 from orbit_server.store import weave as store
-from orbit_server.store.pulse import TaskEventRecord
 from orbit_server.weave.advance import Advance
 from orbit_server.weave.service import WorkflowService
 from orbit_server.weave.view import Due, Event, TaskEnded
@@ -66,11 +66,11 @@ class Runner:
         """One pass over pending workflow events, up to ``batch`` of them, handled in
         transactions of up to ``instances`` instances each; answers how many it handled."""
 
-        async def read(tx: Tx) -> list[TaskEventRecord]:
+        async def read(tx: Tx) -> list[ResultEvent]:
             return await self._events.pending_owned(tx, OWNER, limit=self.batch)
 
         events = await self._db.read(read)
-        by_instance: dict[str, list[TaskEventRecord]] = defaultdict(list)
+        by_instance: dict[str, list[ResultEvent]] = defaultdict(list)
         for event in events:
             if event.owner_id is not None:
                 by_instance[event.owner_id].append(event)
@@ -131,9 +131,7 @@ class Runner:
                           workflow_id=workflow_ids[0])  # fmt: skip
             return 0
 
-    async def _consume(
-        self, workflow_ids: list[str], events: list[TaskEventRecord], mode: Mode
-    ) -> int:
+    async def _consume(self, workflow_ids: list[str], events: list[ResultEvent], mode: Mode) -> int:
         """Mark ``events`` processed and advance their instances, in one transaction."""
 
         async def unit(tx: Tx) -> tuple[list[Advance], int]:

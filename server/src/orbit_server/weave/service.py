@@ -27,7 +27,6 @@ from orbit_server.pulse.service import TaskService
 from orbit_server.scope import Scope
 from orbit_server.store import Database, DuplicateKey, Tx
 from orbit_server.store import weave as store
-from orbit_server.store.weave import DefinitionRecord, SignalRecord, StepRecord, WorkflowRecord
 from orbit_server.weave.advance import Advance, Advancement
 from orbit_server.weave.definition import (
     Definition,
@@ -38,6 +37,7 @@ from orbit_server.weave.definition import (
 )
 from orbit_server.weave.definitions import Definitions
 from orbit_server.weave.engine import FINISHED, Limits, StepState, WorkflowState
+from orbit_server.weave.model import Signal, StepExecution, StoredDefinition, Workflow
 from orbit_server.weave.port import PulseAdapter
 from orbit_server.weave.view import SignalSent
 
@@ -49,10 +49,10 @@ MAX_STEPS_SHOWN = 500
 class Inspection:
     """An instance with what W10 shows beside it."""
 
-    workflow: WorkflowRecord
-    steps: list[StepRecord]
-    waits: list[StepRecord]
-    signals: list[SignalRecord]
+    workflow: Workflow
+    steps: list[StepExecution]
+    waits: list[StepExecution]
+    signals: list[Signal]
     signal_names: dict[str, str]  # signal step id -> the signal it waits for
 
 
@@ -100,7 +100,7 @@ class WorkflowService:
 
     async def publish(
         self, scope: Scope, body: dict[str, Any], *, actor: Actor
-    ) -> tuple[DefinitionRecord, bool]:
+    ) -> tuple[StoredDefinition, bool]:
         """Store a new version; the same content again is a no-op (created False)."""
         try:
             definition = parse(body)
@@ -109,13 +109,13 @@ class WorkflowService:
             raise DefinitionInvalid(
                 "the workflow definition is not valid", details={"reasons": exc.reasons}
             ) from None
-        record = DefinitionRecord(
+        record = StoredDefinition(
             scope=scope, name=definition.name, version=definition.version,
             digest=definition.digest, body=msgspec.to_builtins(definition.body),
             created_at=self._clock.now(),
         )  # fmt: skip
 
-        async def unit(tx: Tx) -> tuple[DefinitionRecord, bool]:
+        async def unit(tx: Tx) -> tuple[StoredDefinition, bool]:
             existing = await store.workflow_definition_get(tx, scope, record.name, record.version)
             if existing is None:
                 try:
@@ -142,8 +142,8 @@ class WorkflowService:
 
         return await self._db.run(unit)
 
-    async def definition(self, scope: Scope, name: str, version: str) -> DefinitionRecord:
-        async def unit(tx: Tx) -> DefinitionRecord | None:
+    async def definition(self, scope: Scope, name: str, version: str) -> StoredDefinition:
+        async def unit(tx: Tx) -> StoredDefinition | None:
             return await store.workflow_definition_get(tx, scope, name, version)
 
         found = await self._db.read(unit)
@@ -153,8 +153,8 @@ class WorkflowService:
 
     async def list_definitions(
         self, scope: Scope, *, name: str | None, after: tuple[str, str] | None, limit: int
-    ) -> list[DefinitionRecord]:
-        async def unit(tx: Tx) -> list[DefinitionRecord]:
+    ) -> list[StoredDefinition]:
+        async def unit(tx: Tx) -> list[StoredDefinition]:
             return await store.workflow_definitions_list(
                 tx, scope, name=name, after=after, limit=limit
             )
@@ -175,7 +175,7 @@ class WorkflowService:
         """A new instance, begun at its first step in the same transaction, as inspected
         (created False: the idempotency key's instance)."""
 
-        async def unit(tx: Tx) -> tuple[WorkflowRecord, Advance | None, Definition | None]:
+        async def unit(tx: Tx) -> tuple[Workflow, Advance | None, Definition | None]:
             definition = await self.definitions.load(tx, scope, name, version)
             digest = _request_hash(name, version, input_)
             if idempotency_key is not None:
@@ -183,9 +183,9 @@ class WorkflowService:
                 if existing is not None:
                     return _replayed(existing, digest), None, None
             now = self._clock.now()
-            workflow = WorkflowRecord(
+            workflow = Workflow(
                 id=new_id("wf_"), scope=scope, definition=definition.name,
-                version=definition.version, state=str(WorkflowState.RUNNING), input=input_,
+                version=definition.version, state=WorkflowState.RUNNING, input=input_,
                 output=None, error=None, context={"steps": {}, "visits": {}, "seq": 0},
                 control_version=0, gate_id=await self._pulse.new_gate(tx, scope),
                 idempotency_key=idempotency_key,
@@ -201,7 +201,7 @@ class WorkflowService:
             if idempotency_key is None:
                 raise
 
-            async def replay(tx: Tx) -> WorkflowRecord | None:
+            async def replay(tx: Tx) -> Workflow | None:
                 return await store.workflow_get_by_idempotency_key(tx, scope, idempotency_key)
 
             existing = await self._db.read(replay)
@@ -222,8 +222,8 @@ class WorkflowService:
         )
         return seen, True
 
-    async def get(self, scope: Scope, workflow_id: str) -> WorkflowRecord:
-        async def unit(tx: Tx) -> WorkflowRecord | None:
+    async def get(self, scope: Scope, workflow_id: str) -> Workflow:
+        async def unit(tx: Tx) -> Workflow | None:
             return await store.workflow_get(tx, scope, workflow_id)
 
         found = await self._db.read(unit)
@@ -291,8 +291,8 @@ class WorkflowService:
         state: str | None,
         before: str | None,
         limit: int,
-    ) -> list[WorkflowRecord]:
-        async def unit(tx: Tx) -> list[WorkflowRecord]:
+    ) -> list[Workflow]:
+        async def unit(tx: Tx) -> list[Workflow]:
             return await store.workflows_list(
                 tx, scope, definition=definition, state=state, before=before, limit=limit
             )
@@ -301,10 +301,10 @@ class WorkflowService:
 
     async def steps(
         self, scope: Scope, workflow_id: str, *, after: int, limit: int
-    ) -> list[StepRecord]:
+    ) -> list[StepExecution]:
         """Every step execution (map items and poll rounds too), in creation order."""
 
-        async def unit(tx: Tx) -> list[StepRecord] | None:
+        async def unit(tx: Tx) -> list[StepExecution] | None:
             if await store.workflow_get(tx, scope, workflow_id) is None:
                 return None
             return await store.workflow_steps_list(tx, workflow_id, after=after, limit=limit)
@@ -349,22 +349,22 @@ class WorkflowService:
         name: str,
         payload: Any,
         idempotency_key: str | None,
-    ) -> SignalRecord:
+    ) -> Signal:
         """Record a signal and deliver it to the execution waiting for it, if one does; the
         same idempotency key again answers the first signal and changes nothing."""
 
-        signal = SignalRecord(
+        signal = Signal(
             id=new_id("sig_"), workflow_id=workflow_id, name=name, payload=payload,
             idempotency_key=idempotency_key, state="pending", step_key=None,
             created_at=self._clock.now(), delivered_at=None,
         )  # fmt: skip
         advance = await self.advancement.run_one(scope, workflow_id, [SignalSent(signal)])
         answer = advance.answer
-        assert isinstance(answer, SignalRecord)
+        assert isinstance(answer, Signal)
         return answer
 
 
-def _waits(row: StepRecord) -> bool:
+def _waits(row: StepExecution) -> bool:
     """Whether an execution is a current wait: a timer, a signal, a poll's interval, an
     entry deferred by the work cap."""
     active = row.state in (StepState.WAITING, StepState.PENDING)
@@ -386,7 +386,7 @@ def _request_hash(name: str, version: str | None, input_: Any) -> str:
     return hashlib.sha256(msgspec.json.encode(body, order="sorted")).hexdigest()
 
 
-def _replayed(existing: WorkflowRecord, digest: str) -> WorkflowRecord:
+def _replayed(existing: Workflow, digest: str) -> Workflow:
     if existing.request_hash != digest:
         raise IdempotencyConflict(
             "this idempotency key was used to start a different workflow; use a new key"

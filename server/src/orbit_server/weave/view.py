@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from orbit_server.pulse.model import TaskSpec
-from orbit_server.store.pulse import TaskRecord
-from orbit_server.store.weave import SignalRecord, StepRecord, WorkflowRecord
+from orbit_server.pulse.model import Task, TaskSpec
+from orbit_server.weave.model import Signal, StepExecution, Workflow
 
 # -- events: what happened to an instance ------------------------------------------------------
 
@@ -28,7 +27,7 @@ class TaskEnded:
     """The result event of a step's task (boundary 2): ``state`` as the event recorded it,
     ``task`` as it is now."""
 
-    task: TaskRecord
+    task: Task
     state: str
 
 
@@ -44,7 +43,7 @@ class Due:
 class SignalSent:
     """A signal for the instance (kept pending when no execution waits for it)."""
 
-    signal: SignalRecord
+    signal: Signal
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,14 +153,14 @@ class View:
     """What is known of one locked instance. Every read is made under its lock, before any of
     its writes; ``rows`` holds None for a key known to be absent."""
 
-    workflow: WorkflowRecord
-    rows: dict[str, StepRecord | None] = field(default_factory=dict)
-    active: list[StepRecord] | None = None
+    workflow: Workflow
+    rows: dict[str, StepExecution | None] = field(default_factory=dict)
+    active: list[StepExecution] | None = None
     items: dict[str, list[Any]] = field(default_factory=dict)
     outputs: dict[str, list[Any]] = field(default_factory=dict)
-    signals: dict[str, SignalRecord | None] = field(default_factory=dict)
-    signal_keys: dict[str, SignalRecord | None] = field(default_factory=dict)
-    unfollowed: list[StepRecord] | None = None
+    signals: dict[str, Signal | None] = field(default_factory=dict)
+    signal_keys: dict[str, Signal | None] = field(default_factory=dict)
+    unfollowed: list[StepExecution] | None = None
     reviewing: int | None = None
     room: dict[str, int] | None = None  # free places by queue: new tasks that do not fit wait
     new_instance: bool = False  # its row is inserted with the plan (a start)
@@ -194,17 +193,17 @@ class Resolution:
 class Plan:
     """The writes of one instance's advancement, or (``needs``) the reads it lacks."""
 
-    workflow: WorkflowRecord  # as it is to be (written when ``changed``)
+    workflow: Workflow  # as it is to be (written when ``changed``)
     was_finished: bool
     changed: bool = False
     new_instance: bool = False
-    new_rows: list[StepRecord] = field(default_factory=list)
-    changed_rows: list[StepRecord] = field(default_factory=list)
+    new_rows: list[StepExecution] = field(default_factory=list)
+    changed_rows: list[StepExecution] = field(default_factory=list)
     items: dict[str, list[Any]] = field(default_factory=dict)  # a map's items, by its key
     set_items: list[str] = field(default_factory=list)  # of those, maps whose row exists
     tasks: list[TaskOrder] = field(default_factory=list)
     cancels: list[tuple[str, str]] = field(default_factory=list)  # (task id, reason)
-    signals: list[SignalRecord] = field(default_factory=list)  # new ones
+    signals: list[Signal] = field(default_factory=list)  # new ones
     deliveries: list[tuple[str, str]] = field(default_factory=list)  # (signal id, step key)
     gate_open: bool | None = None
     rearm: bool = False  # parked waits get their wake time again (resume)

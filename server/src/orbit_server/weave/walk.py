@@ -18,7 +18,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from orbit_server.pulse.model import Owner
-from orbit_server.store.weave import StepRecord
 from orbit_server.weave import engine
 from orbit_server.weave.definition import (
     Definition,
@@ -40,6 +39,7 @@ from orbit_server.weave.engine import (
     failed,
 )
 from orbit_server.weave.expr import ExpressionFailed
+from orbit_server.weave.model import StepExecution
 from orbit_server.weave.states import (
     StepEvent,
     WorkflowEvent,
@@ -67,7 +67,7 @@ class Walk:
             "seq": int(self.wf.context.get("seq", 0)),
         }
         self.plan = Plan(workflow=self.wf, was_finished=self.wf.state in FINISHED, now=now)
-        self.rows: dict[str, StepRecord] = {}  # made or changed by this plan
+        self.rows: dict[str, StepExecution] = {}  # made or changed by this plan
         self.new: list[str] = []
         self.dirty: set[str] = set()
         self.entered = 0
@@ -86,7 +86,7 @@ class Walk:
     def finished(self) -> bool:
         return self.wf.state in FINISHED
 
-    def row(self, key: str, *, with_keys: tuple[str, ...] = ()) -> StepRecord | None:
+    def row(self, key: str, *, with_keys: tuple[str, ...] = ()) -> StepExecution | None:
         """An execution as this plan has it; when the view lacks it, the plan needs it (and
         ``with_keys`` read at once)."""
         found = self.rows.get(key)
@@ -96,7 +96,7 @@ class Walk:
             raise Missing(Rows(with_keys or (key,)))
         return self._seen(self.view.rows[key])
 
-    def _seen(self, row: StepRecord | None) -> StepRecord | None:
+    def _seen(self, row: StepExecution | None) -> StepExecution | None:
         """A stored row as the plan sees it (a resume re-arms parked waits first)."""
         if row is None or not self.rearm:
             return row
@@ -105,11 +105,11 @@ class Walk:
             return dataclasses.replace(row, wake_at=row.due_at)
         return row
 
-    def active(self) -> list[StepRecord]:
+    def active(self) -> list[StepExecution]:
         """Every active execution, as this plan has it, in the order they began."""
         if self.view.active is None:
             raise Missing(Active())
-        known: dict[str, StepRecord] = {}
+        known: dict[str, StepExecution] = {}
         for stored in self.view.active:
             seen = self._seen(stored)
             assert seen is not None
@@ -121,12 +121,12 @@ class Walk:
         known.update(self.rows)
         return sorted((r for r in known.values() if r.state in ACTIVE), key=lambda r: r.seq)
 
-    def put(self, row: StepRecord, **changes: Any) -> StepRecord:
+    def put(self, row: StepExecution, **changes: Any) -> StepExecution:
         """A change of an execution's fields other than its state."""
         assert "state" not in changes
         return self._write(dataclasses.replace(row, updated_at=self.now, **changes))
 
-    def move(self, row: StepRecord, event: StepEvent, **changes: Any) -> StepRecord:
+    def move(self, row: StepExecution, event: StepEvent, **changes: Any) -> StepExecution:
         """A change of an execution's state, by the step table."""
         state = step_after(row.state, event)
         if StepState.NEEDS_REVIEW in (row.state, state) and row.state != state:
@@ -134,7 +134,7 @@ class Walk:
         changes["state"] = str(state)  # plain strings: expressions see them
         return self._write(dataclasses.replace(row, updated_at=self.now, **changes))
 
-    def _write(self, row: StepRecord) -> StepRecord:
+    def _write(self, row: StepExecution) -> StepExecution:
         self.rows[row.key] = row
         if row.key not in self.new:
             self.dirty.add(row.key)
@@ -152,11 +152,11 @@ class Walk:
         input_: Any,
         item: int | None = None,
         round_: int | None = None,
-    ) -> StepRecord:
+    ) -> StepExecution:
         self.context["seq"] += 1
-        row = StepRecord(
+        row = StepExecution(
             workflow_id=self.wf.id, key=key, seq=self.context["seq"], step=step, kind=kind,
-            state=str(StepState.PENDING), parent_key=parent_key, branch=branch, item=item,
+            state=StepState.PENDING, parent_key=parent_key, branch=branch, item=item,
             round=round_, task_id=None, tries=0, input=input_, output=None, error=None,
             progress=None, followed=False, due_at=None, wake_at=None, started_at=self.now,
             ended_at=None, updated_at=self.now,
@@ -173,7 +173,7 @@ class Walk:
     def steer(self, event: WorkflowEvent, **changes: Any) -> None:
         """A change of the instance's state, by the instance table."""
         state = workflow_after(self.wf.state, event)
-        self.wf = dataclasses.replace(self.wf, state=str(state), **changes)
+        self.wf = dataclasses.replace(self.wf, state=WorkflowState(state), **changes)
         self.plan.changed = True
 
     # -- entering steps -----------------------------------------------------------------------
@@ -208,7 +208,7 @@ class Walk:
         self.finish(WorkflowEvent.FAIL, error=failed("step_limit_exceeded", message))
         return True
 
-    def begin(self, row: StepRecord) -> None:
+    def begin(self, row: StepExecution) -> None:
         """Start a pending execution according to its step's kind."""
         step = self.definition.steps[row.step]
         row = self.put(row, due_at=None, wake_at=None)
@@ -219,7 +219,7 @@ class Walk:
         except ExpressionFailed as exc:
             self.complete(row, Outcome.FAILED, error=broken(exc, step=row.key))
 
-    def start_pending(self, row: StepRecord) -> None:
+    def start_pending(self, row: StepExecution) -> None:
         """Begin a pending execution that waited (past the work cap, or for room in a full
         queue): a step, a map's item or a poll's round."""
         if row.item is None and row.round is None:
@@ -230,7 +230,7 @@ class Walk:
         except ExpressionFailed as exc:
             self.complete(row, Outcome.FAILED, error=broken(exc, step=row.key))
 
-    def task_of(self, row: StepRecord) -> tuple[TaskFields, dict[str, Any]]:
+    def task_of(self, row: StepExecution) -> tuple[TaskFields, dict[str, Any]]:
         """What an execution's task is made of (its step's, a map's or a poll's task fields)
         and the variables its expressions see."""
         step = self.definition.steps[row.step]
@@ -243,7 +243,7 @@ class Walk:
         assert isinstance(step, TaskStep)
         return step, self.data()
 
-    def start_task(self, row: StepRecord, event: StepEvent = StepEvent.START) -> None:
+    def start_task(self, row: StepExecution, event: StepEvent = StepEvent.START) -> None:
         """A task for the execution, created with the plan (or, its queue full, a wait)."""
         fields, data = self.task_of(row)
         spec = engine.task_spec(
@@ -266,7 +266,7 @@ class Walk:
 
     def complete(
         self,
-        row: StepRecord,
+        row: StepExecution,
         outcome: Outcome,
         *,
         output: Any = None,
@@ -280,7 +280,7 @@ class Walk:
         if not self.paused:
             self.follow(row)
 
-    def record(self, row: StepRecord) -> None:
+    def record(self, row: StepExecution) -> None:
         """Make a step's latest execution visible to expressions as ``steps.<id>``."""
         if row.item is None and row.round is None:
             self.context["steps"][row.step] = {
@@ -289,7 +289,7 @@ class Walk:
                 "state": str(row.state),
             }
 
-    def follow(self, row: StepRecord) -> None:
+    def follow(self, row: StepExecution) -> None:
         """Go on from an ended execution (once: ``followed`` marks it)."""
         if self.finished:
             return
@@ -349,7 +349,7 @@ class Walk:
             return
         self.fail_container(parent, error)
 
-    def fail_container(self, parent: StepRecord, error: dict[str, Any]) -> None:
+    def fail_container(self, parent: StepExecution, error: dict[str, Any]) -> None:
         """A branch or an item failed: stop the container's other work, then the container
         fails (and follows its own failure transition)."""
         self.cancel_active(under=parent.key, reason="a sibling failed")
@@ -357,16 +357,16 @@ class Walk:
 
     # -- what each kind of step does (:class:`~orbit_server.weave.kinds.Planner`) -----------
 
-    def begin_kind(self, row: StepRecord, step: Step) -> None:
+    def begin_kind(self, row: StepExecution, step: Step) -> None:
         raise NotImplementedError
 
-    def item_ended(self, parent: StepRecord, child: StepRecord, outcome: Outcome) -> None:
+    def item_ended(self, parent: StepExecution, child: StepExecution, outcome: Outcome) -> None:
         raise NotImplementedError
 
-    def round_ended(self, parent: StepRecord, child: StepRecord, outcome: Outcome) -> None:
+    def round_ended(self, parent: StepExecution, child: StepExecution, outcome: Outcome) -> None:
         raise NotImplementedError
 
-    def branch_ended(self, parent: StepRecord, branch: str | None, output: Any) -> None:
+    def branch_ended(self, parent: StepExecution, branch: str | None, output: Any) -> None:
         raise NotImplementedError
 
     # -- the instance -------------------------------------------------------------------------
@@ -391,7 +391,7 @@ class Walk:
             self.move(current, StepEvent.CANCEL, ended_at=self.now, due_at=None, wake_at=None,
                       followed=True)  # fmt: skip
 
-    def cancel_task(self, row: StepRecord, *, reason: str) -> StepRecord:
+    def cancel_task(self, row: StepExecution, *, reason: str) -> StepExecution:
         """Cancel the running execution's task through Pulse (a started one is asked to stop);
         answers the row as it is left."""
         if row.task_id is None or row.state != StepState.RUNNING:
@@ -403,7 +403,7 @@ class Walk:
         self.plan.cancels.append((row.task_id, reason))
         return row
 
-    def _descends(self, row: StepRecord, ancestor: str, known: dict[str, StepRecord]) -> bool:
+    def _descends(self, row: StepExecution, ancestor: str, known: dict[str, StepExecution]) -> bool:
         parent = row.parent_key
         seen = 0
         while parent is not None and seen < 64:
@@ -424,7 +424,7 @@ def _kind(step: Step) -> str:
     return str(tag)
 
 
-def _outcome_of(row: StepRecord, step: Step) -> Outcome:
+def _outcome_of(row: StepExecution, step: Step) -> Outcome:
     """How an ended execution ended: a timeout and an exhaustion are their own step's (a
     signal's, a poll's) and only when its own error says so — a task's error code proves
     nothing."""

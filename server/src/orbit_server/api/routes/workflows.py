@@ -39,7 +39,7 @@ from orbit_server.errors import (
     VersionExists,
 )
 from orbit_server.governance.keys import Role
-from orbit_server.store.weave import WorkflowRecord
+from orbit_server.weave import model as weave_model
 from orbit_server.weave.engine import WorkflowState
 
 READERS = (Role.SUBMITTER, Role.OPERATOR, Role.ADMIN)
@@ -50,7 +50,7 @@ OPERATORS = (Role.OPERATOR, Role.ADMIN)
 CANCELLERS = (Role.SUBMITTER, Role.OPERATOR, Role.ADMIN)
 MAX_WAIT_MS = 60_000
 STATES = frozenset(str(s) for s in WorkflowState)
-Steer = Callable[..., Awaitable[WorkflowRecord]]
+Steer = Callable[..., Awaitable[weave_model.Workflow]]
 
 
 @post(
