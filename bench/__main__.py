@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
         run_suite,
         run_workflows_suite,
     )
+    from bench.trip import run_trip
 
     parser = argparse.ArgumentParser(prog="python -m bench")
     sub = parser.add_subparsers(dest="scenario", required=True)
@@ -104,7 +105,18 @@ def main(argv: list[str] | None = None) -> int:
     wf.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
     wf.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
     wf.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
+    trip = sub.add_parser("trip", help="orbit_server function hops of one workflow trip")
+    trip.add_argument("--runs", type=int, default=3, help="runs, each on a fresh server")
+    trip.add_argument(
+        "--settle", type=float, default=0.2, help="seconds recorded after the trip's end"
+    )
+    trip.add_argument("--json", action="store_true", help="one JSON line instead of tables")
+    trip.add_argument("--dump", type=Path, help="write every recorded call to this file")
+    trip.add_argument("--smoke", action="store_true", help="one run, to check the runner works")
     args = parser.parse_args(argv)
+    if args.scenario == "trip":
+        runs = 1 if args.smoke else args.runs
+        return run_trip(runs=runs, settle=args.settle, as_json=args.json, dump=args.dump)
     if args.scenario == "workflows":
         return run_workflows_suite(
             url=args.url,
