@@ -1,12 +1,14 @@
 """Fixtures shared by the server's tests.
 
-Behavioural tests take the ``db`` fixture, which runs each test on both dialects: a fresh
-SQLite file and a fresh database on a real MariaDB server that the run starts itself (or on
-``ORBIT_TEST_MYSQL_URL``). Nothing here mocks the database.
+Behavioural tests take the ``db`` fixture, which runs each test on both dialects: a migrated
+SQLite file of its own and a migrated, empty database on a real MariaDB server that the run
+starts itself (or on ``ORBIT_TEST_MYSQL_URL``). Nothing here mocks the database. The MariaDB
+server starts only when a test needs it.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -22,8 +24,12 @@ from orbit_server.governance.keys import Role
 from orbit_server.runtime.node import Node
 from orbit_server.scope import Scope
 from orbit_server.store import Database, open_database
-from orbit_server.store.migrate import migrate
-from tests.support.databases import MySQLServerForTests, mysql_server_for_tests
+from tests.support.databases import (
+    MigratedMySQLDatabases,
+    MySQLServerForTests,
+    SQLiteTemplate,
+    mysql_server_for_tests,
+)
 
 DIALECTS = ("sqlite", "mariadb")
 
@@ -38,15 +44,27 @@ def mysql_server() -> Iterator[MySQLServerForTests]:
         yield server
 
 
+@pytest.fixture(scope="session")
+def migrated_mysql(mysql_server: MySQLServerForTests) -> Iterator[MigratedMySQLDatabases]:
+    databases = MigratedMySQLDatabases(mysql_server)
+    yield databases
+    if mysql_server.harness is None:  # a server of others: leave nothing behind
+        asyncio.run(databases.drop_all())
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> SQLiteTemplate:
+    return SQLiteTemplate(tmp_path_factory.mktemp("sqlite-template"))
+
+
 @pytest.fixture
-async def database_url(
-    request: pytest.FixtureRequest, tmp_path: Path, mysql_server: MySQLServerForTests
-) -> AsyncIterator[str]:
+async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
     """A URL of an empty database of the dialect named by ``request.param``."""
     dialect = getattr(request, "param", "sqlite")
     if dialect == "sqlite":
         yield f"sqlite:///{tmp_path / 'orbit.db'}"
         return
+    mysql_server: MySQLServerForTests = request.getfixturevalue("mysql_server")
     name = await mysql_server.create()
     try:
         yield mysql_server.url_for(name)
@@ -55,14 +73,14 @@ async def database_url(
 
 
 @pytest.fixture(params=DIALECTS)
-async def empty_db(
-    request: pytest.FixtureRequest, tmp_path: Path, mysql_server: MySQLServerForTests
-) -> AsyncIterator[Database]:
+async def empty_db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
     """A connected backend on an empty (unmigrated) database, for each dialect."""
+    mysql_server: MySQLServerForTests | None = None
+    name = None
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'orbit.db'}"
-        name = None
     else:
+        mysql_server = request.getfixturevalue("mysql_server")
         name = await mysql_server.create()
         url = mysql_server.url_for(name)
     db = open_database(url, pool_max=8)
@@ -71,15 +89,36 @@ async def empty_db(
         yield db
     finally:
         await db.close()
-        if name is not None:
+        if mysql_server is not None and name is not None:
             await mysql_server.drop(name)
 
 
-@pytest.fixture
-async def db(empty_db: Database) -> Database:
-    """A connected, migrated backend, for each dialect."""
-    await migrate(empty_db)
-    return empty_db
+@pytest.fixture(params=DIALECTS)
+async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
+    """A connected, migrated backend holding no rows, for each dialect.
+
+    The migrations ran once per test process: SQLite tests get a copy of a migrated file,
+    MariaDB tests a migrated database that the test before emptied.
+    """
+    migrated: MigratedMySQLDatabases | None = None
+    name = None
+    if request.param == "sqlite":
+        path = tmp_path / "orbit.db"
+        template: SQLiteTemplate = request.getfixturevalue("sqlite_template")
+        await template.copy_to(path)
+        url = f"sqlite:///{path}"
+    else:
+        migrated = request.getfixturevalue("migrated_mysql")
+        name = await migrated.borrow()
+        url = migrated.server.url_for(name)
+    db = open_database(url, pool_max=8)
+    try:
+        await db.connect()
+        yield db
+    finally:
+        await db.close()
+        if migrated is not None and name is not None:
+            await migrated.give_back(name)
 
 
 @pytest.fixture
