@@ -9,7 +9,10 @@ server starts only when a test needs it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+import contextlib
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import httpx2
@@ -27,7 +30,8 @@ from orbit_server.store import Database, open_database
 from tests.support.databases import (
     MigratedMySQLDatabases,
     MySQLServerForTests,
-    SQLiteTemplate,
+    SQLiteFiles,
+    memory_backed_dir,
     mysql_server_for_tests,
 )
 
@@ -53,16 +57,29 @@ def migrated_mysql(mysql_server: MySQLServerForTests) -> Iterator[MigratedMySQLD
 
 
 @pytest.fixture(scope="session")
-def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> SQLiteTemplate:
-    return SQLiteTemplate(tmp_path_factory.mktemp("sqlite-template"))
+def sqlite_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SQLiteFiles]:
+    shm = memory_backed_dir()
+    if shm is None:
+        yield SQLiteFiles(tmp_path_factory.mktemp("sqlite"))
+        return
+    directory = Path(tempfile.mkdtemp(prefix="orbit-sqlite-", dir=shm))
+    try:
+        yield SQLiteFiles(directory)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture
-async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+async def database_url(request: pytest.FixtureRequest) -> AsyncIterator[str]:
     """A URL of an empty database of the dialect named by ``request.param``."""
     dialect = getattr(request, "param", "sqlite")
     if dialect == "sqlite":
-        yield f"sqlite:///{tmp_path / 'orbit.db'}"
+        files: SQLiteFiles = request.getfixturevalue("sqlite_files")
+        path = files.empty()
+        try:
+            yield f"sqlite:///{path}"
+        finally:
+            files.remove(path)
         return
     mysql_server: MySQLServerForTests = request.getfixturevalue("mysql_server")
     name = await mysql_server.create()
@@ -73,52 +90,58 @@ async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
 
 
 @pytest.fixture(params=DIALECTS)
-async def empty_db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
+async def empty_db(request: pytest.FixtureRequest) -> AsyncIterator[Database]:
     """A connected backend on an empty (unmigrated) database, for each dialect."""
-    mysql_server: MySQLServerForTests | None = None
-    name = None
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'orbit.db'}"
-    else:
-        mysql_server = request.getfixturevalue("mysql_server")
-        name = await mysql_server.create()
-        url = mysql_server.url_for(name)
-    db = open_database(url, pool_max=8)
-    await db.connect()
-    try:
+    async with _database(request, migrated=False) as db:
         yield db
-    finally:
-        await db.close()
-        if mysql_server is not None and name is not None:
-            await mysql_server.drop(name)
 
 
 @pytest.fixture(params=DIALECTS)
-async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
+async def db(request: pytest.FixtureRequest) -> AsyncIterator[Database]:
     """A connected, migrated backend holding no rows, for each dialect.
 
     The migrations ran once per test process: SQLite tests get a copy of a migrated file,
     MariaDB tests a migrated database that the test before emptied.
     """
-    migrated: MigratedMySQLDatabases | None = None
-    name = None
+    async with _database(request, migrated=True) as db:
+        yield db
+
+
+@contextlib.asynccontextmanager
+async def _database(request: pytest.FixtureRequest, *, migrated: bool) -> AsyncIterator[Database]:
+    """A connected backend of the dialect ``request.param``; its database is the test's own."""
+    release: Callable[[], Awaitable[None]]
     if request.param == "sqlite":
-        path = tmp_path / "orbit.db"
-        template: SQLiteTemplate = request.getfixturevalue("sqlite_template")
-        await template.copy_to(path)
+        files: SQLiteFiles = request.getfixturevalue("sqlite_files")
+        path = await files.migrated() if migrated else files.empty()
         url = f"sqlite:///{path}"
+
+        async def release() -> None:
+            files.remove(path)
+
+    elif migrated:
+        pool: MigratedMySQLDatabases = request.getfixturevalue("migrated_mysql")
+        name = await pool.borrow()
+        url = pool.server.url_for(name)
+
+        async def release() -> None:
+            await pool.give_back(name)
+
     else:
-        migrated = request.getfixturevalue("migrated_mysql")
-        name = await migrated.borrow()
-        url = migrated.server.url_for(name)
+        server: MySQLServerForTests = request.getfixturevalue("mysql_server")
+        name = await server.create()
+        url = server.url_for(name)
+
+        async def release() -> None:
+            await server.drop(name)
+
     db = open_database(url, pool_max=8)
     try:
         await db.connect()
         yield db
     finally:
         await db.close()
-        if migrated is not None and name is not None:
-            await migrated.give_back(name)
+        await release()
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ the migrated schema and no rows.
 
 from __future__ import annotations
 
+import glob
 import itertools
 import os
 import shutil
@@ -194,25 +195,54 @@ class MigratedMySQLDatabases:
         return not left and fingerprint == self._fingerprint
 
 
-class SQLiteTemplate:
-    """A migrated SQLite file, made on first use; each test gets a copy of it."""
+def memory_backed_dir() -> Path | None:
+    """The shared-memory file system (tmpfs) when it is there with room to spare."""
+    shm = Path("/dev/shm")  # noqa: S108 - a private directory is made inside
+    try:
+        usable = os.access(shm, os.W_OK | os.X_OK) and shutil.disk_usage(shm).free > 1 << 30
+    except OSError:
+        return None
+    return shm if usable else None
+
+
+class SQLiteFiles:
+    """The SQLite files of one test process's tests, each removed after its test.
+
+    They live in ``directory``; in memory-backed storage (tmpfs), where SQLite's ``fsync`` on
+    every commit costs nothing, the SQLite tests take about half the time they take on disk.
+    :meth:`migrated` copies a migrated template file, made on first use, instead of migrating.
+    """
 
     def __init__(self, directory: Path) -> None:
-        self.path = directory / "orbit.db"
+        self.directory = directory
+        self._template = directory / "template.db"
         self._made = False
+        self._names = itertools.count(1)
 
-    async def copy_to(self, target: Path) -> None:
+    def empty(self) -> Path:
+        """A path for a new SQLite file (none exists there yet)."""
+        return self.directory / f"test-{next(self._names)}.db"
+
+    async def migrated(self) -> Path:
+        """A new SQLite file holding the migrated schema and no rows."""
         if not self._made:
-            db = open_database(f"sqlite:///{self.path}")
+            db = open_database(f"sqlite:///{self._template}")
             await db.connect()
             try:
                 await migrate(db)
             finally:
                 await db.close()
             # Closing the last connection checkpoints the WAL into the file and removes it.
-            assert not self.path.with_name(self.path.name + "-wal").exists()
+            assert not self._template.with_name(self._template.name + "-wal").exists()
             self._made = True
-        shutil.copyfile(self.path, target)
+        path = self.empty()
+        shutil.copyfile(self._template, path)
+        return path
+
+    def remove(self, path: Path) -> None:
+        """Delete the file and whatever SQLite and Orbit put beside it."""
+        for found in self.directory.glob(glob.escape(path.name) + "*"):
+            found.unlink(missing_ok=True)
 
 
 @contextmanager
