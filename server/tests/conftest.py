@@ -42,6 +42,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "covers(*names): store methods a conformance test covers")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the end-to-end tests first. They are few and long (real servers, workers and
+    benchmarks); with several test processes (xdist hands tests out in collection order),
+    starting them early keeps one of them from being the last thing a run waits for."""
+    items.sort(key=lambda item: item.path.parent.name != "e2e")
+
+
 @pytest.fixture(scope="session")
 def mysql_server() -> Iterator[MySQLServerForTests]:
     with mysql_server_for_tests() as server:
