@@ -152,6 +152,18 @@ async def _database(request: pytest.FixtureRequest, *, migrated: bool) -> AsyncI
 
 
 @pytest.fixture
+async def migrated_mariadb_url(request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    """The URL of a migrated MariaDB database holding no rows, the test's own until it ends:
+    for tests of real server processes that are not about ``orbit migrate``."""
+    pool: MigratedMySQLDatabases = request.getfixturevalue("migrated_mysql")
+    name = await pool.borrow()
+    try:
+        yield pool.server.url_for(name)
+    finally:
+        await pool.give_back(name)
+
+
+@pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
 
@@ -187,6 +199,17 @@ async def make_key(
         scope, roles or (Role.ADMIN,), actor=Actor("test"), queues=queues
     )
     return created.token
+
+
+async def make_key_at(url: str, scope: Scope = SCOPE, *roles: Role) -> str:
+    """An API key made in this process on the database at ``url``, as ``orbit keys create``
+    makes one (the command has tests of its own), without starting a process for it."""
+    db = open_database(url, pool_max=2)
+    try:
+        node = await build_node(Settings.load(environ={}), db=db)
+        return await make_key(node, scope, *roles)
+    finally:
+        await db.close()
 
 
 def bearer(token: str) -> dict[str, str]:

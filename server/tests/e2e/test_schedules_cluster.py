@@ -8,29 +8,21 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 import httpx2
 import pytest
 
-from tests.support.databases import MySQLServerForTests
-from tests.support.processes import OrbitProcess, run_orbit
+from orbit_server.governance.keys import Role
+from tests.conftest import SCOPE, bearer, make_key_at
+from tests.support.processes import OrbitProcess
 
 RUN_SLOTS = 10  # on-time slots the three servers fire before the outage
 OUTAGE_S = 6.0  # more slots than CATCHUP_MAX come due while every server is down
 CATCHUP_MAX = 3
 WAIT_S = 60.0  # the longest any awaited condition may take
-
-
-@pytest.fixture
-async def database(mysql_server: MySQLServerForTests) -> AsyncIterator[str]:
-    name = await mysql_server.create()
-    try:
-        yield mysql_server.url_for(name)
-    finally:
-        await mysql_server.drop(name)
 
 
 def start_servers(url: str, run: int) -> list[tuple[OrbitProcess, str]]:
@@ -98,14 +90,17 @@ def ledger_when(
         time.sleep(0.2)
 
 
-def test_three_servers_fire_each_slot_once_and_catch_up_after_an_outage(database: str) -> None:
-    env = {"ORBIT_DATABASE_URL": database}
-    assert run_orbit("migrate", env=env).code == 0
-    created = run_orbit(
-        "keys", "create", "--tenant", "acme", "--environment", "prod", "--role", "operator",
-        env=env,
-    )  # fmt: skip
-    auth = {"Authorization": f"Bearer {created.stdout.strip().splitlines()[-1]}"}
+@pytest.fixture
+async def operator_auth(migrated_mariadb_url: str) -> dict[str, str]:
+    """An operator's key on the migrated database (`orbit migrate` and `orbit keys create` are
+    tested in test_cli.py; here they would only cost two processes)."""
+    return bearer(await make_key_at(migrated_mariadb_url, SCOPE, Role.OPERATOR))
+
+
+def test_three_servers_fire_each_slot_once_and_catch_up_after_an_outage(
+    migrated_mariadb_url: str, operator_auth: dict[str, str]
+) -> None:
+    database, auth = migrated_mariadb_url, operator_auth
     servers = start_servers(database, 1)
     try:
         with httpx2.Client(base_url=servers[0][1], timeout=10) as client:
