@@ -1,13 +1,18 @@
 """Fixtures shared by the server's tests.
 
-Behavioural tests take the ``db`` fixture, which runs each test on both dialects: a fresh
-SQLite file and a fresh database on a real MariaDB server that the run starts itself (or on
-``ORBIT_TEST_MYSQL_URL``). Nothing here mocks the database.
+Behavioural tests take the ``db`` fixture, which runs each test on both dialects: a migrated
+SQLite file of its own and a migrated, empty database on a real MariaDB server that the run
+starts itself (or on ``ORBIT_TEST_MYSQL_URL``). Nothing here mocks the database. The MariaDB
+server starts only when a test needs it.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import asyncio
+import contextlib
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import httpx2
@@ -22,8 +27,13 @@ from orbit_server.governance.keys import Role
 from orbit_server.runtime.node import Node
 from orbit_server.scope import Scope
 from orbit_server.store import Database, open_database
-from orbit_server.store.migrate import migrate
-from tests.support.databases import MySQLServerForTests, mysql_server_for_tests
+from tests.support.databases import (
+    MigratedMySQLDatabases,
+    MySQLServerForTests,
+    SQLiteFiles,
+    memory_backed_dir,
+    mysql_server_for_tests,
+)
 
 DIALECTS = ("sqlite", "mariadb")
 
@@ -32,21 +42,53 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "covers(*names): store methods a conformance test covers")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the end-to-end tests first. They are few and long (real servers, workers and
+    benchmarks); with several test processes (xdist hands tests out in collection order),
+    starting them early keeps one of them from being the last thing a run waits for."""
+    items.sort(key=lambda item: item.path.parent.name != "e2e")
+
+
 @pytest.fixture(scope="session")
 def mysql_server() -> Iterator[MySQLServerForTests]:
     with mysql_server_for_tests() as server:
         yield server
 
 
+@pytest.fixture(scope="session")
+def migrated_mysql(mysql_server: MySQLServerForTests) -> Iterator[MigratedMySQLDatabases]:
+    databases = MigratedMySQLDatabases(mysql_server)
+    yield databases
+    if mysql_server.harness is None:  # a server of others: leave nothing behind
+        asyncio.run(databases.drop_all())
+
+
+@pytest.fixture(scope="session")
+def sqlite_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SQLiteFiles]:
+    shm = memory_backed_dir()
+    if shm is None:
+        yield SQLiteFiles(tmp_path_factory.mktemp("sqlite"))
+        return
+    directory = Path(tempfile.mkdtemp(prefix="orbit-sqlite-", dir=shm))
+    try:
+        yield SQLiteFiles(directory)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 @pytest.fixture
-async def database_url(
-    request: pytest.FixtureRequest, tmp_path: Path, mysql_server: MySQLServerForTests
-) -> AsyncIterator[str]:
+async def database_url(request: pytest.FixtureRequest) -> AsyncIterator[str]:
     """A URL of an empty database of the dialect named by ``request.param``."""
     dialect = getattr(request, "param", "sqlite")
     if dialect == "sqlite":
-        yield f"sqlite:///{tmp_path / 'orbit.db'}"
+        files: SQLiteFiles = request.getfixturevalue("sqlite_files")
+        path = files.empty()
+        try:
+            yield f"sqlite:///{path}"
+        finally:
+            files.remove(path)
         return
+    mysql_server: MySQLServerForTests = request.getfixturevalue("mysql_server")
     name = await mysql_server.create()
     try:
         yield mysql_server.url_for(name)
@@ -55,31 +97,70 @@ async def database_url(
 
 
 @pytest.fixture(params=DIALECTS)
-async def empty_db(
-    request: pytest.FixtureRequest, tmp_path: Path, mysql_server: MySQLServerForTests
-) -> AsyncIterator[Database]:
+async def empty_db(request: pytest.FixtureRequest) -> AsyncIterator[Database]:
     """A connected backend on an empty (unmigrated) database, for each dialect."""
+    async with _database(request, migrated=False) as db:
+        yield db
+
+
+@pytest.fixture(params=DIALECTS)
+async def db(request: pytest.FixtureRequest) -> AsyncIterator[Database]:
+    """A connected, migrated backend holding no rows, for each dialect.
+
+    The migrations ran once per test process: SQLite tests get a copy of a migrated file,
+    MariaDB tests a migrated database that the test before emptied.
+    """
+    async with _database(request, migrated=True) as db:
+        yield db
+
+
+@contextlib.asynccontextmanager
+async def _database(request: pytest.FixtureRequest, *, migrated: bool) -> AsyncIterator[Database]:
+    """A connected backend of the dialect ``request.param``; its database is the test's own."""
+    release: Callable[[], Awaitable[None]]
     if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'orbit.db'}"
-        name = None
+        files: SQLiteFiles = request.getfixturevalue("sqlite_files")
+        path = await files.migrated() if migrated else files.empty()
+        url = f"sqlite:///{path}"
+
+        async def release() -> None:
+            files.remove(path)
+
+    elif migrated:
+        pool: MigratedMySQLDatabases = request.getfixturevalue("migrated_mysql")
+        name = await pool.borrow()
+        url = pool.server.url_for(name)
+
+        async def release() -> None:
+            await pool.give_back(name)
+
     else:
-        name = await mysql_server.create()
-        url = mysql_server.url_for(name)
+        server: MySQLServerForTests = request.getfixturevalue("mysql_server")
+        name = await server.create()
+        url = server.url_for(name)
+
+        async def release() -> None:
+            await server.drop(name)
+
     db = open_database(url, pool_max=8)
-    await db.connect()
     try:
+        await db.connect()
         yield db
     finally:
         await db.close()
-        if name is not None:
-            await mysql_server.drop(name)
+        await release()
 
 
 @pytest.fixture
-async def db(empty_db: Database) -> Database:
-    """A connected, migrated backend, for each dialect."""
-    await migrate(empty_db)
-    return empty_db
+async def migrated_mariadb_url(request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    """The URL of a migrated MariaDB database holding no rows, the test's own until it ends:
+    for tests of real server processes that are not about ``orbit migrate``."""
+    pool: MigratedMySQLDatabases = request.getfixturevalue("migrated_mysql")
+    name = await pool.borrow()
+    try:
+        yield pool.server.url_for(name)
+    finally:
+        await pool.give_back(name)
 
 
 @pytest.fixture
@@ -118,6 +199,17 @@ async def make_key(
         scope, roles or (Role.ADMIN,), actor=Actor("test"), queues=queues
     )
     return created.token
+
+
+async def make_key_at(url: str, scope: Scope = SCOPE, *roles: Role) -> str:
+    """An API key made in this process on the database at ``url``, as ``orbit keys create``
+    makes one (the command has tests of its own), without starting a process for it."""
+    db = open_database(url, pool_max=2)
+    try:
+        node = await build_node(Settings.load(environ={}), db=db)
+        return await make_key(node, scope, *roles)
+    finally:
+        await db.close()
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -36,10 +36,13 @@ def _dev(tmp_path: Path, **settings: str) -> Iterator[tuple[str, int]]:
         yield address
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[str, int]]:
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+    """One server for the module's tests of single connections: each test opens its own
+    connections and reads each until it ends, so what one test does never reaches another's
+    (and a server process takes seconds to start)."""
     yield from _dev(
-        tmp_path,
+        tmp_path_factory.mktemp("server"),
         http_header_timeout_ms=str(HEADER_TIMEOUT_MS),
         http_idle_timeout_ms=str(IDLE_TIMEOUT_MS),
     )

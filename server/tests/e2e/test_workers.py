@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,8 +19,9 @@ from websockets.asyncio.client import connect
 
 import orbit_sdk
 from orbit_sdk import RetryPolicy
-from tests.e2e.test_cli import mariadb_url  # noqa: F401  (fixture)
-from tests.support.processes import OrbitProcess, run_orbit
+from orbit_server.governance.keys import Role
+from tests.conftest import SCOPE, make_key_at
+from tests.support.processes import OrbitProcess
 
 LEASE = {
     "ORBIT_LEASE_MS": "2000",
@@ -29,6 +30,9 @@ LEASE = {
     "ORBIT_DRAIN_GRACE_MS": "5000",
 }
 FAST_RETRY = RetryPolicy(max_attempts=3, initial_backoff_ms=50, max_backoff_ms=50)
+# The key the workers and the test's client use (made in-process: `orbit migrate` and
+# `orbit keys create` have tests of their own in test_cli.py).
+ROLES = (Role.WORKER, Role.SUBMITTER, Role.OPERATOR)
 
 APP = '''
 import os
@@ -134,14 +138,9 @@ def eventually(check: Callable[[], bool], what: str, timeout: float = 30) -> Non
 
 
 @pytest.fixture
-def cluster(mariadb_url: str, tmp_path: Path) -> Iterator[Cluster]:  # noqa: F811
-    env = {"ORBIT_DATABASE_URL": mariadb_url}
-    assert run_orbit("migrate", env=env).code == 0
-    created = run_orbit(
-        "keys", "create", "--tenant", "acme", "--environment", "prod", "--role", "worker",
-        "--role", "submitter", "--role", "operator", env=env,
-    )  # fmt: skip
-    key = created.stdout.strip().splitlines()[-1]
+async def cluster(migrated_mariadb_url: str, tmp_path: Path) -> AsyncIterator[Cluster]:
+    env = {"ORBIT_DATABASE_URL": migrated_mariadb_url}
+    key = await make_key_at(migrated_mariadb_url, SCOPE, *ROLES)
     (tmp_path / "e2e_app.py").write_text(APP)
     found = Cluster(env, key, tmp_path, [], [])
     try:

@@ -9,7 +9,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,9 +18,9 @@ import pytest
 
 import orbit_sdk
 from orbit_sdk import TaskStep, When, Workflow
-from tests.e2e.test_cli import mariadb_url  # noqa: F401  (fixture)
-from tests.e2e.test_workers import Cluster, eventually
-from tests.support.processes import OrbitProcess, run_orbit
+from tests.conftest import SCOPE, make_key_at
+from tests.e2e.test_workers import ROLES, Cluster, eventually
+from tests.support.processes import OrbitProcess
 
 Q = "wf-e2e"
 
@@ -151,25 +151,9 @@ def exercise_every_kind(client: orbit_sdk.Client) -> None:
 
 
 @pytest.fixture
-def wf_cluster(mariadb_url: str, tmp_path: Path) -> Iterator[Cluster]:  # noqa: F811
-    env = {"ORBIT_DATABASE_URL": mariadb_url}
-    assert run_orbit("migrate", env=env).code == 0
-    created = run_orbit(
-        "keys",
-        "create",
-        "--tenant",
-        "acme",
-        "--environment",
-        "prod",
-        "--role",
-        "worker",
-        "--role",
-        "submitter",
-        "--role",
-        "operator",
-        env=env,
-    )
-    key = created.stdout.strip().splitlines()[-1]
+async def wf_cluster(migrated_mariadb_url: str, tmp_path: Path) -> AsyncIterator[Cluster]:
+    env = {"ORBIT_DATABASE_URL": migrated_mariadb_url}
+    key = await make_key_at(migrated_mariadb_url, SCOPE, *ROLES)
     (tmp_path / "e2e_app.py").write_text(APP)
     found = Cluster(env, key, tmp_path, [], [])
     try:

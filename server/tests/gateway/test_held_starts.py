@@ -119,9 +119,14 @@ async def test_a_task_submitted_to_an_idle_worker_is_leased_in_its_submit(live: 
     """Decision 0010 through the real dispatch: the worker's free credit is the slot."""
     from orbit_server.pulse.model import TaskSpec
 
+    # Submitted before the worker connects: it creates the queue and is claimed as usual once
+    # the worker says hello. (Submitted while the queue's dispatch loop was already looking,
+    # it would also leave the loop a "work was submitted here" note, and the extra claim that
+    # note causes holds the free credit for a moment at any time after the first delivery:
+    # a submit in that moment finds no idle worker.)
+    await submit(live)
     async with live.connect() as ws:
         await hello(ws, capacity=2)
-        await submit(live)  # creates the queue; claimed as usual
         [first] = await deliveries(ws, 1)
         submitted = await live.node.tasks.submit(SCOPE, TaskSpec(queue="emails", type="send"))
         assert submitted.task.state == "leased"

@@ -201,7 +201,7 @@ async def test_a_task_retried_out_of_review_before_its_event_is_consumed_runs_on
     assert await work(node, type_="after") == [{}]
 
 
-@pytest.mark.parametrize("empty_db", ["mariadb"], indirect=True)
+@pytest.mark.parametrize("db", ["mariadb"], indirect=True)
 async def test_a_skip_racing_the_result_event_enters_the_next_step_once(
     node: Node, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -3,18 +3,25 @@ a second SKIP LOCKED claimer see no rows while many are free)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from orbit_server.bootstrap import build_node
 from orbit_server.clock import FakeClock
+from orbit_server.config import Settings
 from orbit_server.pulse.model import TaskSpec
 from orbit_server.pulse.worker import Session, Want
 from orbit_server.runtime.node import Node
-from orbit_server.store import Tx
-from tests.conftest import SCOPE
+from orbit_server.store import Tx, open_database
+from orbit_server.store.migrate import migrate
+from tests.conftest import DIALECTS, SCOPE
+from tests.support.databases import MySQLServerForTests
 
 # query name → the index that must serve it, with its parameters
 PLANS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -315,10 +322,8 @@ WEAVE_PLANS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-@pytest.mark.parametrize("query", sorted(WEAVE_PLANS))
-async def test_weave_queries_use_their_index_without_sorting(node: Node, query: str) -> None:
-    if node.db.dialect != "mysql":
-        pytest.skip("the plans checked here are InnoDB's")
+async def seed_workflows(node: Node) -> str:
+    """Workflows of every kind of row the weave queries read; answers a mapping instance's id."""
     from orbit_server.audit import Actor
 
     mapping = {"id": "each", "kind": "map", "items": "input.items", "max_concurrency": 100,
@@ -347,10 +352,69 @@ async def test_weave_queries_use_their_index_without_sorting(node: Node, query: 
     await node.workers.start_many([lease.ref for lease in leases])
     for lease in leases:
         await node.workers.complete(lease.ref, None)
+    return ids[0]
+
+
+@dataclass
+class Seeded:
+    """Databases seeded once for this module's tests: name → (database, what the seed
+    answered). The tests only EXPLAIN (which writes nothing), so they can share one."""
+
+    server: MySQLServerForTests | None = None
+    databases: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+@pytest.fixture(scope="module")
+def seeded() -> Iterator[Seeded]:
+    found = Seeded()
+    yield found
+    server = found.server
+    if server is not None:
+
+        async def drop() -> None:
+            for database, _ in found.databases.values():
+                await server.drop(database)
+
+        asyncio.run(drop())
+
+
+@pytest.fixture(params=DIALECTS)
+async def workflows_node(
+    request: pytest.FixtureRequest, seeded: Seeded, settings: Settings, clock: FakeClock
+) -> AsyncIterator[tuple[Node, str]]:
+    """A node on a MariaDB database holding :func:`seed_workflows`' rows, and the id it
+    answered. The first test seeds it (the seed takes seconds), the others read it."""
+    if request.param != "mariadb":
+        pytest.skip("the plans checked here are InnoDB's")
+    server: MySQLServerForTests = request.getfixturevalue("mysql_server")
+    if "workflows" not in seeded.databases:
+        seeded.server = server
+        name = await server.create()
+        db = open_database(server.url_for(name), pool_max=8)
+        try:
+            await db.connect()
+            await migrate(db)
+            answer = await seed_workflows(await build_node(settings, db=db, clock=FakeClock()))
+        finally:
+            await db.close()
+        seeded.databases["workflows"] = (name, answer)
+    name, workflow_id = seeded.databases["workflows"]
+    db = open_database(server.url_for(name), pool_max=8)
+    try:
+        yield await build_node(settings, db=db, clock=clock), workflow_id
+    finally:
+        await db.close()
+
+
+@pytest.mark.parametrize("query", sorted(WEAVE_PLANS))
+async def test_weave_queries_use_their_index_without_sorting(
+    workflows_node: tuple[Node, str], query: str
+) -> None:
+    node, workflow_id = workflows_node
     index, params = WEAVE_PLANS[query]
     values = {
         "tenant": SCOPE.tenant, "environment": SCOPE.environment, "definition": "plan",
-        "state": "running", "workflow_id": ids[0], "parent_key": "each", "name": "plan",
+        "state": "running", "workflow_id": workflow_id, "parent_key": "each", "name": "plan",
         "now": datetime(2100, 1, 1, tzinfo=UTC), **params,
     }  # fmt: skip
     await assert_served_in_order(node, query, values, index)
