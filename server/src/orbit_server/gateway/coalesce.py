@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from orbit_server.errors import Unavailable
 from orbit_server.pulse.worker import (
@@ -53,7 +53,7 @@ class _State(enum.Enum):
 @dataclass(eq=False, slots=True)
 class _Item(Generic[I, O]):
     value: I
-    answer: asyncio.Future[O]
+    answer: asyncio.Future[O] | None = None  # its own answer (a held start), else its group's
     state: _State = _State.QUEUED
 
 
@@ -63,6 +63,7 @@ class _Group(Generic[I, O]):
     when a batch fails for a reason that is not an outage."""
 
     items: list[_Item[I, O]] = field(default_factory=list)
+    answer: asyncio.Future[list[O]] | None = None  # answered at once, in item order
 
 
 class _Queue(Generic[I, O]):
@@ -84,24 +85,23 @@ class _Queue(Generic[I, O]):
         self._flushers: set[asyncio.Task[None]] = set()
         self.batches = 0  # transactions run, for tests and metrics
 
-    def items(self, values: Iterable[I], *, state: _State = _State.QUEUED) -> list[_Item[I, O]]:
-        loop = asyncio.get_running_loop()
-        return [_Item(value, loop.create_future(), state) for value in values]
-
     async def submit(self, values: Sequence[I]) -> list[O]:
         if not values:
             return []
-        items = self.items(values)
-        self.put(items)
-        return list(await asyncio.gather(*(item.answer for item in items)))
+        answer: asyncio.Future[list[O]] = asyncio.get_running_loop().create_future()
+        self._put(_Group([_Item(value) for value in values], answer))
+        return await answer
 
     def put(self, items: list[_Item[I, O]]) -> None:
-        """Queue items (in one group) for the next transaction."""
+        """Queue items answered one by one (in one group) for the next transaction."""
         if not items:
             return
         for item in items:
             item.state = _State.QUEUED
-        self._waiting.append(_Group(items))
+        self._put(_Group(items))
+
+    def _put(self, group: _Group[I, O]) -> None:
+        self._waiting.append(group)
         if len(self._flushers) < self._lanes:
             flusher = asyncio.get_running_loop().create_task(self._flush_all())
             self._flushers.add(flusher)
@@ -144,13 +144,28 @@ class _Queue(Generic[I, O]):
                 for one in groups:  # one caller's bad item must not fail the others
                     await self._flush([one])
                 return
-            for item in items:
-                if not item.answer.done():
-                    item.answer.set_exception(exc)
+            for group in groups:
+                for future in _futures(group):
+                    if not future.done():
+                        future.set_exception(exc)
             return
-        for item, answer in zip(items, answers, strict=True):
-            if not item.answer.done():
-                item.answer.set_result(answer)
+        position = 0
+        for group in groups:
+            got = answers[position : position + len(group.items)]
+            position += len(group.items)
+            if group.answer is not None:
+                if not group.answer.done():
+                    group.answer.set_result(got)
+                continue
+            for item, answer in zip(group.items, got, strict=True):
+                if item.answer is not None and not item.answer.done():
+                    item.answer.set_result(answer)
+
+
+def _futures(group: _Group[I, O]) -> list[asyncio.Future[Any]]:
+    if group.answer is not None:
+        return [group.answer]
+    return [item.answer for item in group.items if item.answer is not None]
 
 
 class Coalescer:
@@ -183,14 +198,34 @@ class Coalescer:
         """Record these starts now (in the next transaction of starts)."""
         return await self.starts.submit(refs)
 
-    def hold_starts(self, refs: Sequence[LeaseRef]) -> list[asyncio.Future[StartAnswer]]:
-        """Hold eager starts for their results; an answer each once it is committed — with its
-        result, or alone after the hold."""
-        items = self.starts.items(refs, state=_State.HELD)
+    def hold_starts(
+        self, refs: Sequence[LeaseRef], answered: Callable[[list[StartAnswer] | Exception], None]
+    ) -> None:
+        """Hold eager starts for their results; once every one is committed — with its result,
+        or alone after the hold — ``answered`` gets their answers in order (or the error that
+        failed their recording)."""
+        loop = asyncio.get_running_loop()
+        items: list[_Item[LeaseRef, StartAnswer]] = [
+            _Item(ref, loop.create_future(), _State.HELD) for ref in refs
+        ]
         for item in items:
             self._held[_key(item.value)] = item
-        asyncio.get_running_loop().call_later(self._hold_s, self._hold_over, items)
-        return [item.answer for item in items]
+        loop.call_later(self._hold_s, self._hold_over, items)
+        futures = [item.answer for item in items if item.answer is not None]
+        remaining = len(futures)
+
+        def one_done(_: asyncio.Future[StartAnswer]) -> None:
+            nonlocal remaining
+            remaining -= 1
+            if remaining:
+                return
+            if any(f.cancelled() for f in futures):
+                return
+            errors = [e for f in futures if isinstance(e := f.exception(), Exception)]
+            answered(errors[0] if errors else [f.result() for f in futures])
+
+        for future in futures:
+            future.add_done_callback(one_done)
 
     async def renew(self, refs: Sequence[LeaseRef]) -> list[Renewal]:
         return await self.renewals.submit(refs)
@@ -202,7 +237,7 @@ class Coalescer:
         recording: list[asyncio.Future[StartAnswer]] = []
         for i, report in enumerate(reports):
             item = self._held.get(_key(report.ref))
-            if item is None:
+            if item is None or item.answer is None:
                 continue
             if item.state is _State.FLUSHING:
                 recording.append(item.answer)
@@ -221,7 +256,7 @@ class Coalescer:
             started = outcomes[i] in (Outcome.ACCEPTED, Outcome.ALREADY)
             verdict = StartVerdict.STARTED if started else StartVerdict.STALE
             item.state = _State.DONE
-            if not item.answer.done():
+            if item.answer is not None and not item.answer.done():
                 item.answer.set_result(StartAnswer(item.value, verdict))
         return outcomes
 

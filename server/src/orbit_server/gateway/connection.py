@@ -90,7 +90,6 @@ class Connection:
         self._send_text = send_text
         self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue(SEND_BUFFER_FRAMES)
         self._requests: asyncio.Queue[p.WorkerFrame | None] = asyncio.Queue(REQUEST_BUFFER)
-        self._answering: set[asyncio.Task[None]] = set()  # answers of held starts
         self.closed = asyncio.Event()
 
     @property
@@ -259,30 +258,17 @@ class Connection:
         got = await self._coalescer.start([refs[i] for i in others])
         answers: dict[int, StartAnswer] = dict(zip(others, got, strict=True))
         order = sorted(eager)
-        waiting = self._coalescer.hold_starts([refs[i] for i in order])
-        task = asyncio.get_running_loop().create_task(
-            self._answer_held(frame.id, len(refs), answers, order, waiting)
-        )
-        self._answering.add(task)
-        task.add_done_callback(self._answering.discard)
-        return None
 
-    async def _answer_held(
-        self,
-        request_id: int,
-        count: int,
-        answers: dict[int, StartAnswer],
-        order: list[int],
-        waiting: list[asyncio.Future[StartAnswer]],
-    ) -> None:
-        try:
-            got = await asyncio.gather(*waiting)
-        except Exception as exc:
-            self._start_failed(request_id, exc)
-            return
-        answers.update(zip(order, got, strict=True))
-        with contextlib.suppress(SlowConsumer):
-            self.send(self._started_frame(request_id, [answers[i] for i in range(count)]))
+        def answered(got: list[StartAnswer] | Exception) -> None:
+            if isinstance(got, Exception):
+                self._start_failed(frame.id, got)
+                return
+            answers.update(zip(order, got, strict=True))
+            with contextlib.suppress(SlowConsumer):
+                self.send(self._started_frame(frame.id, [answers[i] for i in range(len(refs))]))
+
+        self._coalescer.hold_starts([refs[i] for i in order], answered)
+        return None
 
     def _start_failed(self, request_id: int, exc: Exception) -> None:
         """Held starts could not be recorded: answer as ``answer_requests`` would have (an
