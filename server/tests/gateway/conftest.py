@@ -67,6 +67,12 @@ async def live(node: Node) -> AsyncIterator[Live]:
         server.should_exit = True
         await serving
         sock.close()
+    # Whatever the test did, the node's slots add up (decision 0018); with every connection
+    # gone, none is left counted.
+    ledger = app.worker_endpoint.dispatcher.ledger
+    ledger.check()
+    if not list(ledger.accounts()):
+        assert ledger.inflight == 0
 
 
 async def send(ws: ClientConnection, frame: dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from orbit_server.gateway import protocol as p
-from orbit_server.gateway.batch import NodeBatches
+from orbit_server.gateway.coalesce import Coalescer
 from orbit_server.gateway.connection import SEND_BUFFER_FRAMES, Connection, SlowConsumer
 from orbit_server.gateway.dispatch import Dispatcher
 from orbit_server.pulse.worker import Session
@@ -23,7 +23,7 @@ async def test_a_full_send_buffer_cuts_the_worker_off(node: Node) -> None:
     conn = Connection(
         session=Session("ses_1", "node", "w"), scope=SCOPE, key_id="key_1",
         handlers=[p.Handler(queue="q", type="t")], capacity=1, workers=node.workers,
-        batches=NodeBatches.of(node.workers),
+        coalescer=Coalescer.of(node.workers),
         dispatcher=Dispatcher(node.workers, node.watch, node.metrics, max_leases=10),
         clock=node.clock, metrics=node.metrics, send_text=never_written,
     )  # fmt: skip

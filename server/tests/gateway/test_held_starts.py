@@ -40,7 +40,7 @@ async def test_a_result_within_the_hold_records_its_start_with_it(live: Live) ->
         got = await answers(ws, 2)
     assert got["acked"]["re"] == 2 and got["acked"]["items"][0]["verdict"] == "accepted"
     assert got["started"]["re"] == 1 and got["started"]["items"][0]["verdict"] == "started"
-    assert live.gateway.batches.starts.batches == 0  # no transaction of its own
+    assert live.gateway.coalescer.starts.batches == 0  # no transaction of its own
     assert await task_row(live.node, task_id) == ("succeeded", 1, True)
 
 
@@ -56,7 +56,7 @@ async def test_a_start_the_hold_did_not_pair_is_recorded_alone(live: Live) -> No
         await send(ws, {"type": "result", "id": 2,
                         "items": [{**ref(d), "outcome": "succeeded"}]})  # fmt: skip
         assert (await recv(ws))["items"][0]["verdict"] == "accepted"
-    assert live.gateway.batches.starts.batches == 1
+    assert live.gateway.coalescer.starts.batches == 1
 
 
 async def test_a_held_start_is_recorded_after_its_worker_is_gone(live: Live) -> None:
@@ -81,38 +81,8 @@ async def test_plain_starts_are_not_held(live: Live) -> None:
         assert d["eager_start"] is False
         await send(ws, {"type": "start", "id": 1, "items": [ref(d)]})
         assert (await recv(ws))["items"][0]["verdict"] == "started"
-    assert live.gateway.batches.starts.batches == 1
+    assert live.gateway.coalescer.starts.batches == 1
     assert (await live.node.tasks.get(SCOPE, task_id)).state == "running"
-
-
-async def test_a_result_waits_for_its_start_being_recorded_alone() -> None:
-    """The hold ended and the start is in its own transaction: a result that comes now waits
-    for that commit, so that it finds its attempt started."""
-    from orbit_server.gateway.batch import Batcher
-    from orbit_server.gateway.starts import HeldStarts
-    from orbit_server.pulse.worker import LeaseRef, StartAnswer, StartVerdict
-
-    commit = asyncio.Event()
-
-    async def record(refs: list[LeaseRef]) -> list[StartAnswer]:
-        await commit.wait()
-        return [StartAnswer(r, StartVerdict.STARTED) for r in refs]
-
-    answered: list[tuple[int, list[StartAnswer]]] = []
-    held = HeldStarts(
-        Batcher(record), lambda rid, a: answered.append((rid, a)), lambda rid, e: None, hold_s=0
-    )
-    ref = LeaseRef("tsk_1", 1, "lse_1", "ses_1")
-    held.hold(7, [ref], [None], [0])
-    await asyncio.sleep(0)  # the zero hold ends: recording starts
-    await asyncio.sleep(0)
-    assert held.take(("tsk_1", 1)) is None  # no longer held
-    waiting = asyncio.create_task(held.recorded([("tsk_1", 1)]))
-    await asyncio.sleep(0)
-    assert not waiting.done() and answered == []
-    commit.set()
-    await waiting
-    assert answered == [(7, [StartAnswer(ref, StartVerdict.STARTED)])]
 
 
 async def test_a_task_submitted_to_an_idle_worker_is_leased_in_its_submit(live: Live) -> None:
@@ -151,32 +121,3 @@ async def deliveries_among(ws: Any, count: int) -> list[dict[str, Any]]:
         if frame["type"] == "tasks":
             found += frame["items"]
     return found
-
-
-async def test_a_start_taken_by_a_result_that_failed_is_recorded_alone() -> None:
-    """The result's transaction did not commit (the database refused it): the start it took
-    is put back and recorded on its own, and the request is answered after that commit."""
-    from orbit_server.gateway.batch import Batcher
-    from orbit_server.gateway.starts import HeldStarts
-    from orbit_server.pulse.worker import LeaseRef, StartAnswer, StartVerdict
-
-    recorded: list[list[LeaseRef]] = []
-
-    async def record(refs: list[LeaseRef]) -> list[StartAnswer]:
-        recorded.append(refs)
-        return [StartAnswer(r, StartVerdict.STARTED) for r in refs]
-
-    answered: list[tuple[int, list[StartAnswer]]] = []
-    held = HeldStarts(
-        Batcher(record), lambda rid, a: answered.append((rid, a)), lambda rid, e: None, hold_s=60
-    )
-    first, second = LeaseRef("tsk_1", 1, "lse_1", "ses_1"), LeaseRef("tsk_2", 1, "lse_2", "ses_1")
-    held.hold(3, [first, second], [None, None], [0, 1])
-    taken = held.take(("tsk_1", 1))
-    assert taken is not None
-    held.put_back([taken])  # its frame is recorded now, not after the 60 s hold
-    await held.recorded([("tsk_1", 1), ("tsk_2", 1)])
-    assert recorded == [[first, second]]
-    assert answered == [
-        (3, [StartAnswer(first, StartVerdict.STARTED), StartAnswer(second, StartVerdict.STARTED)])
-    ]

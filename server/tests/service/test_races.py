@@ -11,12 +11,11 @@ from typing import Any
 import pytest
 
 from orbit_server.audit import Actor
-from orbit_server.pulse.claims import Claims, ClaimWaits
+from orbit_server.pulse.claims import Claims
 from orbit_server.pulse.model import TaskSpec
 from orbit_server.pulse.service import QueueSettings
 from orbit_server.pulse.worker import ClaimRequest, Lease, Session, StartVerdict, Want
 from orbit_server.runtime.node import Node
-from orbit_server.scope import Scope
 from orbit_server.store import Tx
 from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
@@ -115,7 +114,8 @@ async def test_a_claim_waits_for_the_permits_of_a_claim_in_flight(node: Node, li
 
     async def claim_and_hold(tx: Tx) -> int:
         request = ClaimRequest(first, (Want("q", "t", 10),), 10)
-        leases = await other_node._claim_for(tx, SCOPE, request, node.clock.now(), {}, ClaimWaits())
+        room = other_node.room.claim()
+        leases = await other_node._claim_for(tx, SCOPE, request, node.clock.now(), room)
         holding.set()
         await release.wait()
         return len(leases)
@@ -198,7 +198,7 @@ async def test_a_claim_plans_without_the_room_a_claim_of_its_node_is_taking(
     first, second = sessions(2)
     holding, release = asyncio.Event(), asyncio.Event()
     claims = node.workers._claims
-    held: dict[tuple[Scope, str], int] = {}
+    room = claims.room.claim()
     asked: list[int] = []
     claim_one = claims._claim_one
 
@@ -210,19 +210,19 @@ async def test_a_claim_plans_without_the_room_a_claim_of_its_node_is_taking(
 
     async def claim_and_hold(tx: Tx) -> int:
         request = ClaimRequest(first, (Want("q", "t", 2),), 2)
-        leases = await claims._claim_for(tx, SCOPE, request, node.clock.now(), held, ClaimWaits())
+        leases = await claims._claim_for(tx, SCOPE, request, node.clock.now(), room)
         holding.set()
         await release.wait()
         return len(leases)
 
     a = asyncio.create_task(node.db.run(claim_and_hold))
     await holding.wait()
-    assert held == {(SCOPE, "q"): 2}
+    assert room.taken == {(SCOPE, "q"): 2}
     b = asyncio.create_task(node.workers.claim(SCOPE, second, [Want("q", "t", 10)], limit=10))
     await wait_for_lock_waiters(node.db, 1)  # B's count waits for A's queue row
     release.set()
     assert await a == 2
-    claims._give_room_back(held)
+    room.end()
     assert len(await b) == 1
     assert asked == [2, 1]  # B planned with the room A was taking, once
     q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))

@@ -1,12 +1,13 @@
-"""One worker connection after its handshake: credits, the attempts it holds, a bounded send
-buffer, and the answers to its requests (docs/protocol.md). Requests are answered in order by
-one task per connection; credits are applied as they arrive."""
+"""One worker connection after its handshake: its account in the node's lease ledger (credits
+and the attempts it holds), a bounded send buffer, and the answers to its requests
+(docs/protocol.md). Requests are answered in order by one task per connection; credits are
+applied as they arrive."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -15,16 +16,15 @@ import structlog
 from orbit_server.clock import Clock, to_rfc3339
 from orbit_server.errors import OrbitError, Unavailable
 from orbit_server.gateway import protocol as p
-from orbit_server.gateway.batch import NodeBatches
+from orbit_server.gateway.coalesce import Coalescer
 from orbit_server.gateway.dispatch import Dispatcher
-from orbit_server.gateway.starts import Held, HeldStarts
+from orbit_server.gateway.ledger import Held, Key, Reservation
 from orbit_server.observability.metrics import Metrics
 from orbit_server.pulse.leasing import starts_eagerly
 from orbit_server.pulse.states import Event
 from orbit_server.pulse.worker import (
     Lease,
     LeaseRef,
-    Outcome,
     RenewVerdict,
     Report,
     Session,
@@ -63,33 +63,43 @@ class Connection:
         handlers: list[p.Handler],
         capacity: int,
         workers: WorkerService,
-        batches: NodeBatches,
+        coalescer: Coalescer,
         dispatcher: Dispatcher,
         clock: Clock,
         metrics: Metrics,
         send_text: Callable[[str], Awaitable[None]],
+        max_credits: int | None = None,
     ) -> None:
         self.session = session
         self.scope = scope
         self.key_id = key_id  # the API key it connected with (revocation closes it)
         self.close_code: int | None = None  # why the server ends it, once it does
-        self.credits = capacity
         self.draining = False
         self._handlers = handlers
         self._workers = workers
-        self._batches = batches
+        self._coalescer = coalescer
         self._dispatcher = dispatcher
+        self._ledger = dispatcher.ledger
+        self.account = self._ledger.open(
+            session.session_id,
+            capacity=capacity,
+            max_credits=capacity if max_credits is None else max_credits,
+        )
         self._clock = clock
         self._metrics = metrics
         self._send_text = send_text
         self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue(SEND_BUFFER_FRAMES)
         self._requests: asyncio.Queue[p.WorkerFrame | None] = asyncio.Queue(REQUEST_BUFFER)
-        self.held: dict[tuple[str, int], str] = {}  # (task id, attempt) → queue
-        self._eager: set[tuple[str, int]] = set()  # held attempts delivered with eager_start
-        self._held_starts = HeldStarts(batches.starts, self._started, self._start_failed)
-        self._missed: dict[tuple[str, int], int] = {}  # heartbeats that did not list it
-        self.max_credits = capacity
         self.closed = asyncio.Event()
+
+    @property
+    def held(self) -> Mapping[Key, Held]:
+        """The attempts this connection holds (delivered or continued, not ended)."""
+        return self.account.held
+
+    def close_account(self) -> None:
+        """The connection ended: its slots no longer count on this node (decision 0018)."""
+        self._ledger.close(self.account)
 
     # -- what the dispatcher uses -------------------------------------------------------------
 
@@ -111,14 +121,21 @@ class Connection:
             for h in self._handlers
         )
 
-    def deliver(self, leases: list[Lease]) -> bool:
+    def deliver(self, reservation: Reservation, leases: list[Lease]) -> bool:
         if self.closed.is_set():
-            return False
+            self.close_account()  # its slots are gone, not free for another claim
+        attempts = {
+            (lease.ref.task_id, lease.ref.attempt): Held(
+                lease.task.queue, starts_eagerly(lease.task)
+            )
+            for lease in leases
+        }
+        if not self._ledger.deliver(reservation, attempts):
+            return not leases
+        if not leases:
+            return True
         now = self._clock.now()
         for lease in leases:
-            self.held[(lease.ref.task_id, lease.ref.attempt)] = lease.task.queue
-            if starts_eagerly(lease.task):
-                self._eager.add((lease.ref.task_id, lease.ref.attempt))
             due = max(lease.task.created_at, lease.task.run_at)
             self._metrics.schedule_latency.observe(max(0.0, (now - due).total_seconds()))
         self._metrics.tasks_delivered.inc(len(leases))
@@ -191,7 +208,7 @@ class Connection:
         """Handle one decoded frame: credits at once, requests in order."""
         self._metrics.worker_frames.labels(type(frame).__struct_config__.tag).inc()
         if isinstance(frame, p.Credit):
-            self.credits = min(self.credits + frame.n, self.max_credits)
+            self._ledger.grant(self.account, frame.n)
             for queue in self.queues():
                 self._dispatcher.wake(self.scope, queue)
             return
@@ -229,24 +246,29 @@ class Connection:
 
     async def _start(self, frame: p.Start) -> p.Frame | None:
         refs = [_ref(item, self.session) for item in frame.items]
-        eager = [i for i, r in enumerate(refs) if (r.task_id, r.attempt) in self._eager]
+        held = self.account.held
+        eager = {
+            i for i, r in enumerate(refs) if (h := held.get((r.task_id, r.attempt))) and h.eager
+        }
         if not eager:
-            return self._started_frame(frame.id, await self._batches.starts.submit(refs))
+            return self._started_frame(frame.id, await self._coalescer.start(refs))
         # Eager starts wait briefly for their results (decision 0008); the request is
-        # answered once all its items are recorded.
-        answers: list[StartAnswer | None] = [None] * len(refs)
-        held = set(eager)
-        others = [i for i in range(len(refs)) if i not in held]
-        if others:
-            got = await self._batches.starts.submit([refs[i] for i in others])
-            for i, answer in zip(others, got, strict=True):
-                answers[i] = answer
-        self._held_starts.hold(frame.id, refs, answers, eager)
-        return None
+        # answered once all its items are recorded, while later requests go on.
+        others = [i for i in range(len(refs)) if i not in eager]
+        got = await self._coalescer.start([refs[i] for i in others])
+        answers: dict[int, StartAnswer] = dict(zip(others, got, strict=True))
+        order = sorted(eager)
 
-    def _started(self, request_id: int, answers: list[StartAnswer]) -> None:
-        with contextlib.suppress(SlowConsumer):
-            self.send(self._started_frame(request_id, answers))
+        def answered(got: list[StartAnswer] | Exception) -> None:
+            if isinstance(got, Exception):
+                self._start_failed(frame.id, got)
+                return
+            answers.update(zip(order, got, strict=True))
+            with contextlib.suppress(SlowConsumer):
+                self.send(self._started_frame(frame.id, [answers[i] for i in range(len(refs))]))
+
+        self._coalescer.hold_starts([refs[i] for i in order], answered)
+        return None
 
     def _start_failed(self, request_id: int, exc: Exception) -> None:
         """Held starts could not be recorded: answer as ``answer_requests`` would have (an
@@ -279,9 +301,12 @@ class Connection:
         return p.Started(re=request_id, items=items)
 
     async def _heartbeat(self, frame: p.Heartbeat) -> p.Frame:
-        self._forget_unlisted({(item.task_id, item.attempt) for item in frame.items})
+        listed = {(item.task_id, item.attempt) for item in frame.items}
+        for _, held in self._ledger.unlisted(self.account, listed):  # given up by the worker
+            if held.queue:
+                self._dispatcher.wake(self.scope, held.queue)
         refs = [_ref(item, self.session) for item in frame.items]
-        renewals = await self._batches.renewals.submit(refs)
+        renewals = await self._coalescer.renew(refs)
         answers = []
         for renewal in renewals:
             if renewal.verdict is RenewVerdict.STALE:
@@ -298,20 +323,7 @@ class Connection:
 
     async def _result(self, frame: p.Result) -> p.Frame:
         reports = [_report(item, self.session) for item in frame.items]
-        taken: dict[int, Held] = {}
-        for i, report in enumerate(reports):
-            held = self._held_starts.take((report.ref.task_id, report.ref.attempt))
-            if held is not None:  # its start is recorded with it, in one transaction
-                taken[i] = held
-        await self._held_starts.recorded((r.ref.task_id, r.ref.attempt) for r in reports)
-        try:
-            outcomes = await self._batches.results.submit(reports)
-        except BaseException:
-            self._held_starts.put_back(taken.values())
-            raise
-        for i, held in taken.items():
-            started = outcomes[i] in (Outcome.ACCEPTED, Outcome.ALREADY)
-            self._held_starts.resolve(held, started=started)
+        outcomes = await self._coalescer.report(reports)
         answers = []
         for report, outcome in zip(reports, outcomes, strict=True):
             self._settle(report.ref)
@@ -338,31 +350,15 @@ class Connection:
             ],
         )
 
-    def _forget_unlisted(self, listed: set[tuple[str, int]]) -> None:
-        """A heartbeat lists every attempt the worker holds; one missing from two heartbeats
-        in a row was given up by the worker (its lease ran out there): stop counting it."""
-        for key in list(self.held):
-            if key in listed:
-                self._missed.pop(key, None)
-                continue
-            self._missed[key] = self._missed.get(key, 0) + 1
-            if self._missed[key] >= 2:
-                self._settle(LeaseRef(key[0], key[1], "", self.session.session_id))
-
     def _settle(self, ref: LeaseRef) -> None:
-        self._missed.pop((ref.task_id, ref.attempt), None)
-        self._eager.discard((ref.task_id, ref.attempt))
-        queue = self.held.pop((ref.task_id, ref.attempt), None)
-        if queue is not None:
-            self._dispatcher.settled(1)
-            if queue:
-                self._dispatcher.wake(self.scope, queue)
+        """The attempt ended: it no longer counts here, and its queue's loop looks again."""
+        held = self._ledger.settle(self.account, (ref.task_id, ref.attempt))
+        if held is not None and held.queue:
+            self._dispatcher.wake(self.scope, held.queue)
 
     def adopt(self, refs: Sequence[LeaseRef]) -> None:
         """Attempts continuing from an earlier connection now count as held here."""
-        for ref in refs:
-            self.held[(ref.task_id, ref.attempt)] = ""
-        self._dispatcher.settled(-len(refs))
+        self._ledger.adopt(self.account, [(ref.task_id, ref.attempt) for ref in refs])
 
 
 class ProtocolViolation(Exception):

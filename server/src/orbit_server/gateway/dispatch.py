@@ -2,7 +2,8 @@
 connection. A loop claims only for the free credits of the node's own connections, sends after
 the claim commits, wakes at once on a local change (submit, credit, result) and otherwise
 finds work from other nodes with a cheap indexed poll whose interval adapts between
-``POLL_MIN_S`` and ``poll_max_s``."""
+``POLL_MIN_S`` and ``poll_max_s``. Every slot it takes or gives back goes through the node's
+lease ledger (``gateway/ledger.py``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Protocol
 import structlog
 
 from orbit_server.errors import Unavailable
+from orbit_server.gateway.ledger import Account, LeaseLedger, Reservation
 from orbit_server.observability.metrics import Metrics
 from orbit_server.pulse.watch import TaskWatch
 from orbit_server.pulse.worker import ClaimRequest, Lease, LeaseRef, Session, Want, WorkerService
@@ -32,7 +34,7 @@ class Receiver(Protocol):
 
     session: Session
     scope: Scope
-    credits: int
+    account: Account
     draining: bool
 
     def queues(self) -> Sequence[str]: ...
@@ -43,8 +45,9 @@ class Receiver(Protocol):
         """Whether a handler of the connection runs tasks of this queue, type and version."""
         ...
 
-    def deliver(self, leases: list[Lease]) -> bool:
-        """Queue the leases for sending; False when the connection is gone."""
+    def deliver(self, reservation: Reservation, leases: list[Lease]) -> bool:
+        """End the reservation with these leases and queue them for sending; False when the
+        connection is gone (the leases are to be given back)."""
         ...
 
 
@@ -61,13 +64,13 @@ class Dispatcher:
         self._workers = workers
         self._watch = watch
         self._metrics = metrics
-        self._max_leases = max_leases
         self._poll_max_s = poll_max_s
         self._receivers: dict[QueueKey, list[Receiver]] = {}
         self._loops: dict[QueueKey, asyncio.Task[None]] = {}
-        self._inflight = 0  # leases of this node's connections not yet reported
+        self.ledger = LeaseLedger(max_leases=max_leases)  # the node's slots, all of them
         self._stopped = False
-        self.changed = asyncio.Event()  # set whenever attempts settle or a connection ends
+        self.changed = asyncio.Event()  # set whenever slots stop counting or a connection ends
+        self.ledger.on_freed = self.changed.set
         self._background: set[asyncio.Task[None]] = set()
         self._draining_backlog: set[QueueKey] = set()  # queues whose last claim was filled
 
@@ -93,30 +96,24 @@ class Dispatcher:
 
     def reserve(
         self, scope: Scope, queue: str, type_: str, version: str | None
-    ) -> _Reservation | None:
+    ) -> _DirectSlot | None:
         """A free slot of a connection for one task submitted on this node (decision 0010):
         its credit and the node's lease budget are taken until it is delivered or given back."""
-        if self._stopped or self._inflight >= self._max_leases:
+        if self._stopped or self.ledger.budget <= 0:
             return None
         for receiver in self._receivers.get((scope, queue), ()):
             if (
-                receiver.credits > 0
+                receiver.account.free > 0
                 and not receiver.draining
                 and receiver.takes(queue, type_, version)
             ):
-                receiver.credits -= 1
-                self._inflight += 1
-                return _Reservation(self, receiver)
+                reservation = self.ledger.reserve(receiver.account, 1)
+                if reservation is not None:
+                    return _DirectSlot(self, receiver, reservation)
         return None
 
     def wake(self, scope: Scope, queue: str) -> None:
         self._watch.notify_queue(scope, queue)
-
-    def settled(self, count: int) -> None:
-        """``count`` delivered attempts ended (reported, denied, released or lost); a negative
-        count adds attempts that continue from an earlier connection."""
-        self._inflight = max(0, self._inflight - count)
-        self.changed.set()
 
     async def release(self, refs: list[LeaseRef]) -> None:
         """Give leases back that could not be sent (their lease would run out otherwise)."""
@@ -133,7 +130,8 @@ class Dispatcher:
 
     @property
     def inflight(self) -> int:
-        return self._inflight
+        """Slots of this node's connections reserved or held (the ledger's count)."""
+        return self.ledger.inflight
 
     async def stop(self) -> None:
         """Stop claiming (drain): the loops end; connections stay until they close."""
@@ -171,7 +169,7 @@ class Dispatcher:
                     await lane_done.wait()
                     continue
                 event.clear()
-                takes: list[tuple[Receiver, int]] = []
+                takes: list[tuple[Receiver, Reservation]] = []
                 try:
                     takes = await self._reserve(key)
                 except Unavailable as exc:
@@ -205,15 +203,15 @@ class Dispatcher:
             else:
                 self._watch.forget_queue(*key)
 
-    async def _reserve(self, key: QueueKey) -> list[tuple[Receiver, int]]:
+    async def _reserve(self, key: QueueKey) -> list[tuple[Receiver, Reservation]]:
         """Take the credits of the queue's connections (and the node's lease budget) for one
         claim, if there may be work; none when there is nothing to claim for or with."""
         scope, queue = key
         found = self._receivers.get(key, [])
         if len(found) > 1:  # rotate: the first connection is not always served first
             found.append(found.pop(0))
-        ready = [r for r in found if r.credits > 0 and not r.draining]
-        if not ready or self._inflight >= self._max_leases:
+        ready = [r for r in found if r.account.free > 0 and not r.draining]
+        if not ready or self.ledger.budget <= 0:
             return []
         # A submit on this node said there is work, or the last claim filled all it asked for
         # (a backlog is draining): claim at once. Otherwise look first, one index seek, so that
@@ -226,27 +224,31 @@ class Dispatcher:
             return []
         # Reserved before the claim, so that other claims see them taken while it runs; what
         # was not leased is given back.
-        takes: list[tuple[Receiver, int]] = []
+        takes: list[tuple[Receiver, Reservation]] = []
         for receiver in ready:
-            take = min(receiver.credits, self._max_leases - self._inflight)
-            if take <= 0:
+            if self.ledger.budget <= 0:
                 break
-            receiver.credits -= take
-            self._inflight += take
-            takes.append((receiver, take))
+            reservation = self.ledger.reserve(receiver.account, receiver.account.free)
+            if reservation is not None:  # none: its credits went meanwhile, or it closed
+                takes.append((receiver, reservation))
         return takes
 
-    async def _claim(self, key: QueueKey, takes: list[tuple[Receiver, int]]) -> bool | None:
+    async def _claim(self, key: QueueKey, takes: list[tuple[Receiver, Reservation]]) -> bool | None:
         """One claim for the reserved credits, and the sending of what it leased; True if
         anything was leased, None if the claim failed (its credits are given back)."""
         scope, queue = key
         started = time.perf_counter()
         results: list[list[Lease]] = [[] for _ in takes]
+        lost: list[Lease] = []
         try:
             results = await self._workers.claim_many(
                 scope,
-                [ClaimRequest(r.session, tuple(r.wants(queue, take)), take) for r, take in takes],
+                [
+                    ClaimRequest(r.session, tuple(r.wants(queue, taken.slots)), taken.slots)
+                    for r, taken in takes
+                ],
             )
+            elapsed = time.perf_counter() - started
         except Unavailable as exc:
             log.debug("claim skipped: database unavailable", reason=exc.message)
             return None
@@ -254,40 +256,43 @@ class Dispatcher:
             log.exception("claim failed", queue=queue)
             return None
         finally:
-            for (receiver, take), leases in zip(takes, results, strict=True):
-                receiver.credits += take - len(leases)
-                self._inflight -= take - len(leases)
-        if all(len(leases) == take for (_, take), leases in zip(takes, results, strict=True)):
+            # Every reservation ends here, once: with what it leased (sent now), or unused.
+            for (receiver, taken), leases in zip(takes, results, strict=True):
+                if not receiver.deliver(taken, leases):
+                    lost += leases
+        if all(
+            len(leases) == taken.slots for (_, taken), leases in zip(takes, results, strict=True)
+        ):
             self._draining_backlog.add(key)
         else:
             self._draining_backlog.discard(key)
         if not any(results):
             return False
-        self._metrics.claim_seconds.observe(time.perf_counter() - started)
-        for (receiver, _), leases in zip(takes, results, strict=True):
-            if leases and not receiver.deliver(leases):
-                # The connection went away between claim and send: give the work back now
-                # instead of letting the leases run out.
-                self._inflight -= len(leases)
-                await self.release([lease.ref for lease in leases])
+        self._metrics.claim_seconds.observe(elapsed)
+        if lost:
+            # A connection went away between claim and send: give the work back now instead
+            # of letting the leases run out.
+            await self.release([lease.ref for lease in lost])
         return True
 
 
-class _Reservation:
-    """One slot of a connection, taken for a task leased as it is submitted."""
+class _DirectSlot:
+    """One slot of a connection, taken for a task leased as it is submitted (the
+    ``pulse.direct.Reservation`` the dispatcher provides)."""
 
-    def __init__(self, dispatcher: Dispatcher, receiver: Receiver) -> None:
+    def __init__(
+        self, dispatcher: Dispatcher, receiver: Receiver, reservation: Reservation
+    ) -> None:
         self._dispatcher = dispatcher
         self._receiver = receiver
+        self._reservation = reservation
         self.session = receiver.session
 
     def deliver(self, lease: Lease) -> None:
-        if not self._receiver.deliver([lease]):
+        if not self._receiver.deliver(self._reservation, [lease]):
             # The connection went away meanwhile: the lease is given back now rather than
             # left to run out.
-            self._dispatcher.settled(1)
             self._dispatcher.release_soon([lease.ref])
 
     def give_back(self) -> None:
-        self._receiver.credits += 1
-        self._dispatcher.settled(1)
+        self._dispatcher.ledger.give_back(self._reservation)

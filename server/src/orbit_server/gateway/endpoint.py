@@ -14,7 +14,7 @@ import structlog
 
 from orbit_server.errors import Forbidden, OrbitError, Unavailable, error_body
 from orbit_server.gateway import protocol as p
-from orbit_server.gateway.batch import NodeBatches
+from orbit_server.gateway.coalesce import Coalescer
 from orbit_server.gateway.connection import Connection, ProtocolViolation, SlowConsumer
 from orbit_server.gateway.dispatch import Dispatcher
 from orbit_server.governance.keys import Principal, Role, bearer_token
@@ -42,7 +42,7 @@ class Gateway:
         self.dispatcher = Dispatcher(
             node.workers, node.watch, node.metrics, max_leases=settings.node_max_leases
         )
-        self.batches = NodeBatches.of(node.workers)
+        self.coalescer = Coalescer.of(node.workers)
         self._connections: set[Connection] = set()
         self._draining = False
         self._touching: asyncio.Task[None] | None = None
@@ -219,11 +219,11 @@ class Gateway:
         conn = Connection(
             session=Session(opened.session_id, settings.node_id, hello.worker_id),
             scope=principal.scope, key_id=principal.key_id, handlers=handlers,
-            capacity=hello.capacity, workers=self._node.workers, batches=self.batches,
+            capacity=hello.capacity, workers=self._node.workers, coalescer=self.coalescer,
             dispatcher=self.dispatcher, clock=self._node.clock,
             metrics=self._node.metrics, send_text=send_text,
+            max_credits=settings.worker_max_capacity,
         )  # fmt: skip
-        conn.max_credits = settings.worker_max_capacity
         conn.adopt(opened.continuing)
         verdicts = [p.HeldVerdict(task_id=r.task_id, attempt=r.attempt, verdict="continue")
                     for r in opened.continuing]  # fmt: skip
@@ -288,7 +288,7 @@ class Gateway:
         finally:
             conn.closed.set()
             self.dispatcher.detach(conn)
-            self.dispatcher.settled(len(conn.held))
+            conn.close_account()
             conn.end_requests()
             conn.stop_writer()
             for task in (reader, answerer, closed):

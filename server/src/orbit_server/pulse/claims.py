@@ -13,7 +13,6 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from orbit_server.clock import Clock
@@ -54,16 +53,89 @@ def _rotated(candidates: list[Candidate], keys: Sequence[str]) -> list[Candidate
     return [r[4] for r in ranked]
 
 
-@dataclass
-class ClaimWaits:
-    """The results in flight whose room a claim transaction plans with (decision 0011). Once
-    the transaction has counted a claim into a queue's row it waits for no more of them: it
-    holds that row until its commit, and a result needs the row to commit — waiting then would
-    stall both until the wait's timeout (a claim for several connections counts once per
-    connection)."""
+Room = tuple[Scope, str]  # a queue, whose concurrency limit's room is counted
 
-    futures: list[asyncio.Future[None]] = field(default_factory=list)
-    closed: bool = False
+
+class LimitRoom:
+    """Room under queues' concurrency limits that this node's transactions are moving and have
+    not committed: taken by its claims in flight (another claim of the node does not plan with
+    it, decision 0009) and freed by its result transactions in flight (a claim may plan with
+    it and count once they have ended, decision 0011). Counts only; each claim transaction's
+    share is a ``ClaimRoom`` that gives back what it took, once."""
+
+    def __init__(self, *, wait_for_results: bool) -> None:
+        self.taking: dict[Room, int] = defaultdict(int)
+        # per queue: the result transactions in flight (each answered once it has ended) and
+        # how many tasks each frees
+        self.freeing: dict[Room, dict[asyncio.Future[None], int]] = {}
+        self.wait_for_results = wait_for_results
+
+    def results_started(self, counts: dict[Room, int]) -> asyncio.Future[None]:
+        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for room, count in counts.items():
+            self.freeing.setdefault(room, {})[ended] = count
+        return ended
+
+    def results_ended(self, ended: asyncio.Future[None]) -> None:
+        for room in list(self.freeing):
+            of_room = self.freeing[room]
+            of_room.pop(ended, None)
+            if not of_room:
+                del self.freeing[room]
+        if not ended.done():
+            ended.set_result(None)
+
+    def claim(self) -> ClaimRoom:
+        return ClaimRoom(self)
+
+
+class ClaimRoom:
+    """One claim transaction's share of ``LimitRoom``: the room it takes, and the results in
+    flight whose room it plans with. Once the transaction has counted a claim into a queue's
+    row it waits for no more of them: it holds that row until its commit, and a result needs
+    the row to commit — waiting then would stall both until the wait's timeout (a claim for
+    several connections counts once per connection)."""
+
+    def __init__(self, room: LimitRoom) -> None:
+        self._room = room
+        self.taken: dict[Room, int] = {}
+        self._waits: list[asyncio.Future[None]] = []
+        self._counted = False
+
+    def plan(self, room: Room, free: int, take: int) -> int:
+        """How many of ``take`` the claim may lease under the limit: ``free`` (read from the
+        queue's row) less the room other claims of the node are taking, plus the room results
+        in flight are freeing while it has not counted. Takes what it answers."""
+        free -= self._room.taking.get(room, 0) - self.taken.get(room, 0)
+        freeing = self._room.freeing.get(room, {})
+        if freeing and self._room.wait_for_results and not self._counted:
+            take = min(take, free + sum(freeing.values()))
+            if take > free:
+                self._waits.extend(freeing)
+        else:
+            take = min(take, free)
+        if take > 0:
+            self.taken[room] = self.taken.get(room, 0) + take
+            self._room.taking[room] += take
+        return take
+
+    async def before_count(self) -> None:
+        """The claim counts into a queue's row next: wait (bounded) for the results it planned
+        with; from now on it plans with no more of them."""
+        if self._waits and not self._counted:
+            await asyncio.wait(self._waits, timeout=FREEING_WAIT_S)
+        self._counted = True
+
+    def end(self) -> None:
+        """The transaction ended (or runs again): the room it took is counted in the row now,
+        or not at all. Ending twice gives back nothing more."""
+        for room, count in self.taken.items():
+            self._room.taking[room] -= count
+            if self._room.taking[room] <= 0:
+                del self._room.taking[room]
+        self.taken.clear()
+        self._waits.clear()
+        self._counted = False
 
 
 class Claims:
@@ -78,31 +150,17 @@ class Claims:
         self._lease = lease
         # (scope, queue, type) → its whole set of fairness keys with ready work, and when read
         self._key_sets: dict[tuple[Scope, str, str], tuple[list[str], float]] = {}
-        # Room under a queue's concurrency limit that this node's claims in flight may use:
-        # a claim does not plan with room another of them is about to count (decision 0009).
-        self._claiming: dict[tuple[Scope, str], int] = defaultdict(int)
-        # Results this node is committing, per queue: how many tasks each frees, and when it
-        # has ended. A claim under a limit may plan with that room and count once it is free.
-        self._freeing: dict[tuple[Scope, str], dict[asyncio.Future[None], int]] = {}
-        # Only where transactions write side by side: on SQLite (one writer) the results
-        # cannot commit while a claim waits for them.
-        self._concurrent = db.dialect != "sqlite"
+        # Only where transactions write side by side does a claim wait for results: on
+        # SQLite (one writer) the results cannot commit while a claim waits for them.
+        self.room = LimitRoom(wait_for_results=db.dialect != "sqlite")
 
-    def results_started(self, counts: dict[tuple[Scope, str], int]) -> asyncio.Future[None]:
+    def results_started(self, counts: dict[Room, int]) -> asyncio.Future[None]:
         """A result transaction that frees ``counts`` tasks per queue is under way; set the
         answer when it has ended (committed or not) with ``results_ended``."""
-        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        for room, count in counts.items():
-            self._freeing.setdefault(room, {})[ended] = count
-        return ended
+        return self.room.results_started(counts)
 
     def results_ended(self, ended: asyncio.Future[None]) -> None:
-        for room in list(self._freeing):
-            self._freeing[room].pop(ended, None)
-            if not self._freeing[room]:
-                del self._freeing[room]
-        if not ended.done():
-            ended.set_result(None)
+        self.room.results_ended(ended)
 
     async def has_ready(self, scope: Scope, queue: str) -> bool:
         """Whether the queue may have claimable work: the dispatch loop's cheap poll."""
@@ -118,27 +176,17 @@ class Claims:
         if all(r.limit <= 0 for r in requests):
             return [[] for _ in requests]
 
-        held: dict[tuple[Scope, str], int] = {}  # this claim's part of _claiming
+        room = self.room.claim()  # this claim's share of the room in flight
 
         async def unit(tx: Tx) -> list[list[Lease]]:
-            self._give_room_back(held)  # a rerun plans anew
+            room.end()  # a rerun plans anew
             now = self._clock.now()
-            waits = ClaimWaits()
-            return [
-                await self._claim_for(tx, scope, request, now, held, waits) for request in requests
-            ]
+            return [await self._claim_for(tx, scope, request, now, room) for request in requests]
 
         try:
             return await self._db.run(unit)
         finally:  # after the commit: until then the room is counted here, after it in the row
-            self._give_room_back(held)
-
-    def _give_room_back(self, held: dict[tuple[Scope, str], int]) -> None:
-        for queue, count in held.items():
-            self._claiming[queue] -= count
-            if self._claiming[queue] <= 0:
-                del self._claiming[queue]
-        held.clear()
+            room.end()
 
     async def _claim_for(
         self,
@@ -146,8 +194,7 @@ class Claims:
         scope: Scope,
         request: ClaimRequest,
         now: datetime,
-        held: dict[tuple[Scope, str], int],
-        waits: ClaimWaits,
+        room: ClaimRoom,
     ) -> list[Lease]:
         token = new_token("lse_")
         budget = request.limit
@@ -172,24 +219,13 @@ class Claims:
                 if span is None or take <= 0:
                     continue
                 if queue.concurrency_limit is not None:  # a first look; the count decides
-                    room = (scope, queue_name)
-                    others = self._claiming.get(room, 0) - held.get(room, 0)
-                    free = queue.concurrency_limit - queue.active - others
-                    freeing = self._freeing.get(room, {})
-                    if freeing and self._concurrent and not waits.closed:
-                        # room that results are freeing now
-                        take = min(take, free + sum(freeing.values()))
-                        if take > free:
-                            waits.futures.extend(freeing)
-                    else:
-                        take = min(take, free)
+                    free = queue.concurrency_limit - queue.active
+                    take = room.plan((scope, queue_name), free, take)
                     if take <= 0:
                         continue
-                    held[room] = held.get(room, 0) + take
-                    self._claiming[room] += take
                 got = await self._claim_one(
                     tx, scope, request.session, want, queue, take, token, now,
-                    span=span, waits=waits,
+                    span=span, room=room,
                 )  # fmt: skip
                 leases.extend(got)
                 budget -= len(got)
@@ -210,7 +246,7 @@ class Claims:
         now: datetime,
         *,
         span: lstore.KeySpan,
-        waits: ClaimWaits,
+        room: ClaimRoom,
     ) -> list[Lease]:
         # Read as many rows as the claim takes: admission keeps keys without free permits and
         # closed gates out of the claim range, and versions are filtered by the index scan, so
@@ -249,10 +285,9 @@ class Claims:
                 taken_per_key[t.concurrency_key] += 1
         await lstore.attempts_insert(tx, leased, now)
         await store.key_permits_add_many(tx, scope, want.queue, taken_per_key, now)
-        if waits.futures and not waits.closed:
-            # planned with room that results are freeing: count once they have ended
-            await asyncio.wait(waits.futures, timeout=FREEING_WAIT_S)
-        waits.closed = True  # from here on it holds the queue's row (see ClaimWaits)
+        # Planned with room that results are freeing: count once they have ended; from here on
+        # it holds the queue's row (see ClaimRoom).
+        await room.before_count()
         await self._count_claimed(tx, queue, len(leased), now)
         moved = {t.id for t in leased}
         served = [c.fairness_key for c in chosen if c.task_id in moved]
