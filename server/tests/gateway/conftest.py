@@ -67,7 +67,7 @@ async def live(node: Node) -> AsyncIterator[Live]:
         server.should_exit = True
         await serving
         sock.close()
-    # Whatever the test did, the node's slots add up (decision 0018); with every connection
+    # Whatever the test did, the node's slots add up (decision 0022); with every connection
     # gone, none is left counted.
     ledger = app.worker_endpoint.dispatcher.ledger
     ledger.check()

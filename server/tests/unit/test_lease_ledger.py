@@ -1,4 +1,4 @@
-"""The node's lease ledger (decision 0018), pure: credits, reservations, held attempts and the
+"""The node's lease ledger (decision 0022), pure: credits, reservations, held attempts and the
 node's budget, with its invariants checked after every operation — by hand for the cases that
 matter, and under random sequences of operations."""
 

@@ -1,4 +1,4 @@
-"""The node's coalescer for the hot path (decisions 0005, 0008, 0018): the start confirmations,
+"""The node's coalescer for the hot path (decisions 0005, 0008, 0022): the start confirmations,
 renewals and results of all worker connections of a node go through one mechanism that
 gathers them into few transactions — while one batch of a kind commits, the next one gathers,
 nobody waits for a timer, and each caller gets its own answers after the commit that holds

@@ -98,7 +98,7 @@ class Connection:
         return self.account.held
 
     def close_account(self) -> None:
-        """The connection ended: its slots no longer count on this node (decision 0018)."""
+        """The connection ended: its slots no longer count on this node (decision 0022)."""
         self._ledger.close(self.account)
 
     # -- what the dispatcher uses -------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The node's lease ledger (decision 0018): for each worker session connected to this node, its
+"""The node's lease ledger (decision 0022): for each worker session connected to this node, its
 free credits, the slots reserved for a claim or a direct dispatch in flight, and the attempts
 it holds (delivered and not yet ended); and, over all of them, the node's lease budget
 (``ORBIT_NODE_MAX_LEASES``). One object, and the only one that changes these counts, so that
