@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,13 @@ def run_example(dev: dict[str, str], name: str) -> list[str]:
     example = EXAMPLES / name
     worker = OrbitProcess.command([str(ORBIT_WORKER), str(example)], env=dev)
     try:
+        # Until the worker is connected: stopped before it has set up its signal handlers (a
+        # script that answers at once, on a busy machine), it would die of the SIGTERM.
+        deadline = time.monotonic() + 30
+        while "connected to node" not in worker.stderr:
+            assert worker.proc.poll() is None, worker.stderr
+            assert time.monotonic() < deadline, worker.stderr
+            time.sleep(0.02)
         done = subprocess.run(
             [sys.executable, str(example)],
             capture_output=True,
