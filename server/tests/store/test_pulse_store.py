@@ -36,7 +36,7 @@ def task(clock: FakeClock, task_id: str, scope: Scope = SCOPE, **spec: object) -
 async def insert(db: Database, *tasks: Task) -> None:
     async def unit(tx: Tx) -> None:
         for t in tasks:
-            await store.task_insert(tx, t)
+            await tstore.task_insert(tx, t)
 
     await db.run(unit)
 
@@ -218,9 +218,9 @@ async def test_many_tasks_and_ready_rows_go_in_at_once(db: Database, clock: Fake
     many = [task(clock, f"m{i}", params={"i": i}) for i in range(5)]
 
     async def unit(tx: Tx) -> tuple[list[Task | None], bool]:
-        await store.tasks_insert_many(tx, many)
+        await tstore.tasks_insert_many(tx, many)
         await store.task_ready_insert_many(tx, many[:2])
-        await store.tasks_insert_many(tx, [])  # nothing to do
+        await tstore.tasks_insert_many(tx, [])  # nothing to do
         found = [await store.task_get(tx, SCOPE, t.id) for t in many]
         return found, await lstore.ready_exists(tx, SCOPE, many[0].queue)
 
@@ -260,7 +260,7 @@ async def test_the_claim_range_and_queue_statistics(db: Database, clock: FakeClo
     async def unit(tx: Tx) -> None:
         await store.queue_ensure(tx, SCOPE, "emails", clock.now())
         for t in (first, second, scheduled):
-            await store.task_insert(tx, t)
+            await tstore.task_insert(tx, t)
         await store.task_ready_insert(tx, first)
         await store.task_ready_insert(tx, second)
 
@@ -306,11 +306,11 @@ async def test_unstarted_tasks_finish_fenced_and_running_ones_are_asked(
     assert await db.run(wrong_epoch) == 0
 
     async def ask(tx: Tx) -> bool:
-        return await store.task_request_cancel(tx, "t2", "stop", now)
+        return await tstore.task_request_cancel(tx, "t2", "stop", now)
 
     assert await db.run(ask) is True
     assert await db.run(ask) is False  # already asked
-    assert await db.run(lambda tx: store.task_request_cancel(tx, "t1", None, now)) is False
+    assert await db.run(lambda tx: tstore.task_request_cancel(tx, "t1", None, now)) is False
     done = await db.read(lambda tx: store.task_get(tx, SCOPE, "t1"))
     asked = await db.read(lambda tx: store.task_get(tx, SCOPE, "t2"))
     assert done is not None and done.state == "cancelled" and done.finished_at == now
@@ -336,10 +336,10 @@ async def test_result_events_are_unique_per_task_attempt_and_state(
 
     async def unit(tx: Tx) -> list[bool]:
         return [
-            await store.task_event_insert(tx, event_seq1(1)),
-            await store.task_event_insert(tx, event_seq1(2)),
-            await store.task_event_insert(tx, dataclasses.replace(event_seq1(1), id="evt_99")),
-            await store.task_event_insert(tx, event_seq1(3, "needs_review")),
+            await tstore.task_event_insert(tx, event_seq1(1)),
+            await tstore.task_event_insert(tx, event_seq1(2)),
+            await tstore.task_event_insert(tx, dataclasses.replace(event_seq1(1), id="evt_99")),
+            await tstore.task_event_insert(tx, event_seq1(3, "needs_review")),
         ]
 
     assert await db.run(unit) == [True, True, False, True]

@@ -14,6 +14,7 @@ from orbit_server.runtime.node import Node
 from orbit_server.store import Database, Tx
 from orbit_server.store import leases as lstore
 from orbit_server.store import sessions as sstore
+from orbit_server.store import tasks as tstore
 from tests.conftest import OTHER_TENANT, SCOPE
 
 HANDLERS = [{"queue": "emails", "type": "send", "versions": []},
@@ -77,7 +78,7 @@ async def test_a_lease_moves_to_a_new_session_only_while_it_holds(
     ref = lease.ref
 
     async def adopt(tx: Tx) -> bool:
-        return await sstore.task_adopt(
+        return await tstore.task_adopt(
             tx, ref.task_id, ref.attempt, ref.lease_token, session_id="ses_new", node="n2",
             worker_id="w", now=clock.now(),
         )  # fmt: skip

@@ -61,7 +61,7 @@ async def apply(tx: Tx, transitions: Sequence[Transition], now: datetime) -> Non
         if group:
             first = group[0]
             assert first.attempt is not None  # the same for all: the attempt succeeded
-            await lstore.tasks_succeed_many(
+            await tstore.tasks_succeed_many(
                 tx, [t.task.id for t in group], [t.result for t in group], now,
                 from_state=str(first.before), attempt_state=str(first.attempt.state),
                 cause=first.attempt.cause, starting=starting,

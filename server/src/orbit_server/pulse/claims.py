@@ -24,6 +24,7 @@ from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
 from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
+from orbit_server.store import tasks as tstore
 from orbit_server.store.base import TransientConflict
 from orbit_server.store.leases import Candidate
 
@@ -267,7 +268,7 @@ class Claims:
         ids = [c.task_id for c in chosen]
         await lstore.ready_delete_many(tx, ids)
         expires_at = now + self._lease
-        leased = await lstore.tasks_lease_many(
+        leased = await tstore.tasks_lease_many(
             tx,
             ids,
             lease_token=token,

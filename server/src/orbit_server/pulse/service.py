@@ -35,6 +35,7 @@ from orbit_server.scope import Scope
 from orbit_server.store import Database, DuplicateKey, Tx
 from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
+from orbit_server.store import tasks as tstore
 
 SETTLED = frozenset({"succeeded", "failed", "cancelled", "needs_review"})
 
@@ -148,7 +149,7 @@ class TaskService:
         decide(TaskState.PENDING, Event.CLAIM)
 
         async def unit(tx: Tx) -> bool:
-            await store.task_insert_leased(tx, leased)
+            await tstore.task_insert_leased(tx, leased)
             await lstore.attempts_insert(tx, [leased], now)
             if await store.queue_take_direct(tx, scope, task.queue, task.type, now):
                 return True
@@ -207,7 +208,7 @@ class TaskService:
         gates = await lstore.gates_open(tx, gate_ids)
         # Tasks without an idempotency key cannot collide: one multi-row insert for them all.
         plain = [i for i in fresh if tasks[i].idempotency_key is None]
-        await store.tasks_insert_many(tx, [tasks[i] for i in plain])
+        await tstore.tasks_insert_many(tx, [tasks[i] for i in plain])
         for i in plain:
             results[i] = Submitted(tasks[i], created=True)
         for i in fresh:
@@ -215,7 +216,7 @@ class TaskService:
                 continue
             task = tasks[i]
             try:
-                await store.task_insert(tx, task)
+                await tstore.task_insert(tx, task)
             except DuplicateKey:
                 # A concurrent submitter of the same key committed first: answer with its task.
                 assert task.idempotency_key is not None
@@ -407,7 +408,7 @@ class TaskService:
         if state is TaskState.CANCELLED or (state is TaskState.RUNNING and task.cancel_requested):
             return task  # already cancelled or asked: nothing more to do or to audit
         if state is TaskState.RUNNING:
-            await store.task_request_cancel(tx, task.id, reason, now)
+            await tstore.task_request_cancel(tx, task.id, reason, now)
             tx.publish(CancelRequested(task.id, reason))
         else:
             try:
@@ -438,9 +439,9 @@ class TaskService:
         keys_before = now - timedelta(milliseconds=idempotency_ms or retention_ms)
 
         async def unit(tx: Tx) -> int:
-            forgotten = await store.idempotency_keys_expire(tx, keys_before, limit=budget)
+            forgotten = await tstore.idempotency_keys_expire(tx, keys_before, limit=budget)
             idle = await store.key_permits_prune(tx, before, limit=budget)
-            return forgotten + idle + await store.tasks_prune(tx, before, limit=budget)
+            return forgotten + idle + await tstore.tasks_prune(tx, before, limit=budget)
 
         return await self._db.run(unit)
 

@@ -16,6 +16,7 @@ from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
 from orbit_server.store import leases as lstore
 from orbit_server.store import sessions as sstore
+from orbit_server.store import tasks as tstore
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +73,7 @@ class SessionService:
                 adopted = (  # rows of other scopes were not read
                     task is not None
                     and (queues is None or task.queue in queues)
-                    and await sstore.task_adopt(
+                    and await tstore.task_adopt(
                         tx,
                         one.task_id,
                         one.attempt,

@@ -49,6 +49,7 @@ from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
 from orbit_server.store import leases as lstore
 from orbit_server.store import pulse as store
+from orbit_server.store import tasks as tstore
 
 __all__ = [
     "ClaimRequest",
@@ -176,7 +177,7 @@ class WorkerService:
         answers: dict[int, StartAnswer] = {}
         for timeout_ms, indexes in sorted(groups.items()):
             expires_at, deadline = self._started_lease(now, timeout_ms)
-            await lstore.tasks_start_many(
+            await tstore.tasks_start_many(
                 tx, [refs[i].task_id for i in indexes], expires_at=expires_at,
                 deadline_at=deadline, now=now,
             )  # fmt: skip
@@ -213,7 +214,7 @@ class WorkerService:
         """A leased task (locked, fenced, its gate checked) starts: the lease end and deadline."""
         decide(TaskState.LEASED, Event.START)
         expires_at, deadline = self._started_lease(now, task.timeout_ms)
-        await lstore.task_set_running(
+        await tstore.task_set_running(
             tx, task.id, ref.attempt, ref.lease_token, expires_at, now, deadline_at=deadline
         )
         await lstore.attempt_update(
@@ -239,7 +240,7 @@ class WorkerService:
                 and task.state in (TaskState.LEASED, TaskState.RUNNING)
                 and not _expired(task, now)
             }
-            await lstore.tasks_renew_many(tx, [r.task_id for r in held], expires_at, now)
+            await tstore.tasks_renew_many(tx, [r.task_id for r in held], expires_at, now)
             out: list[Renewal] = []
             for ref in refs:
                 task = rows[ref.task_id] if ref in held else None
@@ -480,7 +481,7 @@ class WorkerService:
             due = await lstore.scheduled_due(tx, now, limit=limit)
             if not due:
                 return 0
-            await lstore.tasks_set_pending_many(tx, [t.id for t in due], now)
+            await tstore.tasks_set_pending_many(tx, [t.id for t in due], now)
             keys: dict[tuple[Scope, str], set[str]] = defaultdict(set)
             for task in due:
                 if task.concurrency_key is None:

@@ -364,35 +364,6 @@ async def queue_pending_keys(tx: Tx, scope: Scope, queue: str) -> list[str]:
     return [str(r["concurrency_key"]) for r in rows]
 
 
-async def tasks_lease_many(
-    tx: Tx,
-    task_ids: Sequence[str],
-    *,
-    lease_token: str,
-    expires_at: datetime,
-    session_id: str,
-    node: str,
-    worker_id: str,
-    now: datetime,
-) -> list[Task]:
-    """Lease pending tasks to a session (a new epoch each); answers the leased tasks."""
-    if not task_ids:
-        return []
-    await tx.execute(
-        "tasks_lease_many",
-        {
-            "task_ids": list(task_ids),
-            "lease_token": lease_token,
-            "expires_at": expires_at,
-            "session_id": session_id,
-            "node": node,
-            "worker_id": worker_id,
-            "now": now,
-        },
-    )
-    return await tasks_get_many(tx, task_ids)
-
-
 async def tasks_lock_many(tx: Tx, task_ids: Sequence[str]) -> dict[str, LockedTask]:
     """Lock many task rows in id order (one statement); answers their leases by id."""
     if not task_ids:
@@ -424,55 +395,6 @@ def _locked(r: Row) -> LockedTask:
         owner_id=r["owner_id"], event_seq=int(r["event_seq"]),
         side_effect=SideEffect(r["side_effect"]),
     )  # fmt: skip
-
-
-async def tasks_succeed_many(
-    tx: Tx,
-    task_ids: Sequence[str],
-    results: Sequence[Any],
-    now: datetime,
-    *,
-    from_state: str,
-    attempt_state: str,
-    cause: str,
-    starting: bool = False,
-) -> None:
-    """Tasks in ``from_state`` (locked by the caller) to ``succeeded`` with their results and
-    their attempts ended in ``attempt_state`` for ``cause``, each row's result-event counter
-    advanced (the caller writes the events): a few statements for the whole batch (a result
-    other than ``None`` costs one more each). ``starting``: each report is its eager
-    attempt's start as well (decision 0008): the attempt is counted and marked started and
-    ended at once."""
-    if not task_ids:
-        return
-    ids = list(task_ids)
-    await tx.execute(
-        "tasks_succeed_many",
-        {"task_ids": ids, "now": now, "counted": int(starting),
-         "from_state": from_state},
-    )  # fmt: skip
-    for task_id, result in zip(ids, results, strict=True):
-        if result is not None:
-            await tx.execute("task_result_set", {"id": task_id, "result": _json(result)})
-    await tx.execute(
-        "attempts_start_and_end_many" if starting else "attempts_end_running_many",
-        {"task_ids": ids, "state": attempt_state, "cause": cause, "now": now},
-    )
-
-
-async def tasks_start_many(
-    tx: Tx, task_ids: Sequence[str], *, expires_at: datetime, deadline_at: datetime, now: datetime
-) -> None:
-    """Leased tasks (locked by the caller) start: running, one more attempt, lease and deadline
-    set, their attempt rows marked started — two statements for the batch."""
-    if not task_ids:
-        return
-    ids = list(task_ids)
-    await tx.execute(
-        "tasks_start_many",
-        {"task_ids": ids, "expires_at": expires_at, "deadline_at": deadline_at, "now": now},
-    )
-    await tx.execute("attempts_start_many", {"task_ids": ids, "expires_at": expires_at, "now": now})
 
 
 async def tasks_get_many(tx: Tx, task_ids: Sequence[str]) -> list[Task]:
@@ -590,43 +512,6 @@ async def task_lock_fenced(
     return None if row is None else task_from_row(row)
 
 
-async def task_set_running(
-    tx: Tx,
-    task_id: str,
-    epoch: int,
-    token: str,
-    expires_at: datetime,
-    now: datetime,
-    *,
-    deadline_at: datetime,
-) -> bool:
-    """Start the attempt; its lease never reaches past ``deadline_at`` (start + timeout)."""
-    changed = await tx.execute(
-        "task_set_running",
-        {
-            "id": task_id,
-            "epoch": epoch,
-            "token": token,
-            "expires_at": expires_at,
-            "deadline_at": deadline_at,
-            "now": now,
-        },
-    )
-    return changed == 1
-
-
-async def tasks_renew_many(
-    tx: Tx, task_ids: Sequence[str], expires_at: datetime, now: datetime
-) -> None:
-    """Extend the leases of tasks the caller has locked and found held: to ``expires_at``, or
-    to the attempt's deadline if that comes first."""
-    if task_ids:
-        await tx.execute(
-            "tasks_renew_many",
-            {"task_ids": sorted(set(task_ids)), "expires_at": expires_at, "now": now},
-        )
-
-
 async def leases_expired(tx: Tx, now: datetime, *, limit: int) -> list[tuple[str, Scope]]:
     """Tasks whose lease ended before ``now`` (skipping rows another node is handling), sorted
     by queue so that every node takes queue rows in one order."""
@@ -640,12 +525,6 @@ async def leases_expired(tx: Tx, now: datetime, *, limit: int) -> list[tuple[str
 async def scheduled_due(tx: Tx, now: datetime, *, limit: int) -> list[Task]:
     rows = await tx.fetch_all("scheduled_due", {"now": now, "limit": limit})
     return [task_from_row(r) for r in rows]
-
-
-async def tasks_set_pending_many(tx: Tx, task_ids: Sequence[str], now: datetime) -> int:
-    if not task_ids:
-        return 0
-    return await tx.execute("tasks_set_pending_many", {"task_ids": list(task_ids), "now": now})
 
 
 async def session_leases(tx: Tx, session_id: str) -> list[HeldLease]:

@@ -286,32 +286,6 @@ def task_insert_params(task: Task) -> dict[str, Any]:
     }
 
 
-async def task_insert(tx: Tx, task: Task) -> None:
-    """Insert a new task; DuplicateKey when its idempotency key is taken."""
-    await tx.execute("task_insert", task_insert_params(task))
-
-
-async def task_insert_leased(tx: Tx, task: Task) -> None:
-    """Insert a task already leased (its lease fields set): direct dispatch, decision 0010."""
-    await tx.execute(
-        "task_insert_leased",
-        {
-            **task_insert_params(task),
-            "lease_token": task.lease_token,
-            "lease_expires_at": task.lease_expires_at,
-            "session_id": task.session_id,
-            "node": task.node,
-            "worker_id": task.worker_id,
-        },
-    )
-
-
-async def tasks_insert_many(tx: Tx, tasks: Sequence[Task]) -> None:
-    """Insert tasks without idempotency keys in one multi-row statement."""
-    if tasks:
-        await tx.execute_many("task_insert", [task_insert_params(t) for t in tasks])
-
-
 async def task_ready_insert_many(tx: Tx, tasks: Sequence[Task]) -> None:
     """Put pending tasks (no concurrency key, gate open or none) into the claim range."""
     if tasks:
@@ -395,12 +369,6 @@ async def task_ready_delete(tx: Tx, task_id: str) -> bool:
     return await tx.execute("task_ready_delete", {"task_id": task_id}) == 1
 
 
-async def task_request_cancel(tx: Tx, task_id: str, reason: str | None, now: datetime) -> bool:
-    """Flag a running task for cancellation; answers False if it was not running or flagged."""
-    changed = await tx.execute("task_request_cancel", {"id": task_id, "reason": reason, "now": now})
-    return changed == 1
-
-
 def task_event_params(event: ResultEvent) -> dict[str, Any]:
     """The parameters of ``task_event_insert`` for one event."""
     return {
@@ -414,18 +382,6 @@ def task_event_params(event: ResultEvent) -> dict[str, Any]:
         "owner_id": event.owner_id,
         "created_at": event.created_at,
     }
-
-
-async def task_event_insert(tx: Tx, event: ResultEvent) -> bool:
-    """Write the task's ``event.seq``-th result event and advance its counter; answers False
-    when that event already exists (a duplicate)."""
-    if not await tx.execute("task_event_seq_set", {"task_id": event.task_id, "seq": event.seq}):
-        return False  # the task has this event already (or is gone)
-    try:
-        await tx.execute("task_event_insert", task_event_params(event))
-    except DuplicateKey:
-        return False
-    return True
 
 
 async def task_events_insert_many(tx: Tx, events: Sequence[ResultEvent]) -> None:
@@ -506,21 +462,3 @@ def attempt_from_row(r: Row) -> Attempt:
 async def task_event_mark_processed(tx: Tx, event_id: str, now: datetime) -> bool:
     """Mark an event processed; False when it already was (a duplicate delivery)."""
     return await tx.execute("task_event_mark_processed", {"id": event_id, "now": now}) == 1
-
-
-async def idempotency_keys_expire(tx: Tx, before: datetime, *, limit: int) -> int:
-    """Forget the idempotency keys of tasks that finished before ``before`` (the key can then
-    be used for a new task); answers how many were forgotten."""
-    return await tx.execute("idempotency_keys_expire", {"before": before, "limit": limit})
-
-
-async def tasks_prune(tx: Tx, before: datetime, *, limit: int) -> int:
-    """Delete up to ``limit`` tasks that finished before ``before`` with their attempts and
-    processed events; a task whose result event is not yet processed is kept."""
-    rows = await tx.fetch_all("tasks_finished_before", {"before": before, "limit": limit})
-    ids = [str(r["id"]) for r in rows]
-    if not ids:
-        return 0
-    await tx.execute("attempts_delete_for_tasks", {"task_ids": ids})
-    await tx.execute("events_delete_for_tasks", {"task_ids": ids})
-    return await tx.execute("tasks_delete", {"task_ids": ids})

@@ -112,30 +112,3 @@ async def sessions_prune(tx: Tx, before: datetime, *, limit: int) -> int:
         return 0
     await tx.execute("session_queues_delete", {"ids": ids})
     return await tx.execute("sessions_delete", {"ids": ids})
-
-
-async def task_adopt(
-    tx: Tx,
-    task_id: str,
-    epoch: int,
-    token: str,
-    *,
-    session_id: str,
-    node: str,
-    worker_id: str,
-    now: datetime,
-) -> bool:
-    """Move a lease that still holds to a new session (a reconnect); False when it does not."""
-    changed = await tx.execute(
-        "task_adopt",
-        {
-            "id": task_id,
-            "epoch": epoch,
-            "token": token,
-            "session_id": session_id,
-            "node": node,
-            "worker_id": worker_id,
-            "now": now,
-        },
-    )
-    return changed == 1
