@@ -245,6 +245,11 @@ def to_db_time(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(tzinfo=None)
 
 
+def json_or_none(value: Any) -> str | None:
+    """A nullable JSON column's text: NULL for None, else the value's JSON."""
+    return None if value is None else msgspec.json.encode(value).decode()
+
+
 def json_table_rows(rows: Sequence[Mapping[str, Any]]) -> str:
     """Rows for a MySQL/MariaDB ``JSON_TABLE`` as JSON text: times in the database's text
     form, absent values left out (an absent path reads as NULL)."""

@@ -14,6 +14,7 @@ from orbit_server.pulse.model import Attempt, Gate, LockedTask, Queue, Task
 from orbit_server.pulse.states import SideEffect, TaskState
 from orbit_server.scope import Scope
 from orbit_server.store.base import Row, Tx, chunks
+from orbit_server.store.base import json_or_none as _json
 from orbit_server.store.pulse import (
     attempt_from_row,
     key_permits_ensure,
@@ -54,10 +55,6 @@ class HeldLease:
 
 def _scope(scope: Scope) -> dict[str, Any]:
     return {"tenant": scope.tenant, "environment": scope.environment}
-
-
-def _json(value: Any) -> str | None:
-    return None if value is None else msgspec.json.encode(value).decode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -466,33 +463,6 @@ async def attempts_update_many(tx: Tx, updates: Sequence[AttemptUpdate]) -> None
                 for u in updates
             ],
         )
-
-
-async def attempt_update(
-    tx: Tx,
-    task_id: str,
-    number: int,
-    *,
-    state: str,
-    cause: str | None = None,
-    started_at: datetime | None = None,
-    ended_at: datetime | None = None,
-    lease_expires_at: datetime | None = None,
-    error: dict[str, Any] | None = None,
-) -> None:
-    await tx.execute(
-        "attempt_update",
-        {
-            "task_id": task_id,
-            "number": number,
-            "state": state,
-            "cause": cause,
-            "started_at": started_at,
-            "ended_at": ended_at,
-            "lease_expires_at": lease_expires_at,
-            "error": _json(error),
-        },
-    )
 
 
 async def attempt_get(tx: Tx, task_id: str, number: int) -> Attempt | None:

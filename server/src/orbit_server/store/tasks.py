@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import msgspec
-
 from orbit_server.pulse.model import ResultEvent, Task
 from orbit_server.store.base import DuplicateKey, Tx
+from orbit_server.store.base import json_or_none as _json
 from orbit_server.store.leases import tasks_get_many
 from orbit_server.store.pulse import task_event_params, task_insert_params
 
@@ -37,10 +36,6 @@ class TaskMove:
     error: dict[str, Any] | None = None
     finished: bool = False  # terminal: finished_at is set
     reason: str | None = None  # a cancel's
-
-
-def _json(value: Any) -> str | None:
-    return None if value is None else msgspec.json.encode(value).decode()
 
 
 async def tasks_finish(tx: Tx, moves: Sequence[TaskMove], now: datetime) -> int:

@@ -11,12 +11,9 @@ import msgspec
 
 from orbit_server.scope import Scope
 from orbit_server.store.base import Row, Tx, json_table_rows
+from orbit_server.store.base import json_or_none as _json
 from orbit_server.weave.model import Signal, StepExecution, StoredDefinition, Workflow
 from orbit_server.weave.states import StepState, WorkflowState
-
-
-def _json(value: Any) -> str | None:
-    return None if value is None else msgspec.json.encode(value).decode()
 
 
 def _unjson(text: Any) -> Any:
