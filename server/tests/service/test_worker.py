@@ -65,7 +65,6 @@ async def events(node: Node) -> Counter[str]:
     "tasks_lease_many",
     "tasks_get_many",
     "attempts_insert",
-    "attempt_update",
     "attempt_get",
     "task_lock_fenced",
     "task_set_running",

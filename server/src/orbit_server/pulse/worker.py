@@ -36,6 +36,7 @@ from orbit_server.pulse.model import LockedTask, Task
 from orbit_server.pulse.retry import RetryPolicy
 from orbit_server.pulse.states import (
     TRANSITIONS,
+    AttemptState,
     Event,
     SideEffect,
     TaskState,
@@ -217,9 +218,10 @@ class WorkerService:
         await tstore.task_set_running(
             tx, task.id, ref.attempt, ref.lease_token, expires_at, now, deadline_at=deadline
         )
-        await lstore.attempt_update(
-            tx, task.id, ref.attempt, state="running", started_at=now, lease_expires_at=expires_at
-        )
+        await lstore.attempts_update_many(tx, [lstore.AttemptUpdate(
+            task.id, ref.attempt, AttemptState.RUNNING, started_at=now,
+            lease_expires_at=expires_at,
+        )])  # fmt: skip
         return expires_at, deadline
 
     async def renew(self, refs: Sequence[LeaseRef]) -> list[Renewal]:
