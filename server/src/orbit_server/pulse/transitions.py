@@ -105,7 +105,7 @@ class Transition:
         return self.write is RowWrite.FINISH and self.after is TaskState.SUCCEEDED
 
 
-def _row_write(before: TaskState, after: TaskState) -> RowWrite:
+def _row_write(before: TaskState, after: TaskState, event: Event) -> RowWrite:
     if before is TaskState.RUNNING:
         return RowWrite.FINISH
     if before is TaskState.LEASED and after is TaskState.PENDING:
@@ -121,7 +121,7 @@ def _row_write(before: TaskState, after: TaskState) -> RowWrite:
     ):
         return RowWrite.REOPEN
     # Claims, starts and promotions move rows in their own set-wise statements.
-    raise IllegalTransition(before, Event.CLAIM)
+    raise IllegalTransition(before, event)
 
 
 def transition(
@@ -143,7 +143,7 @@ def transition(
         decide(TaskState.LEASED, Event.START)
     decision = decide(TaskState.RUNNING if starts else before, event)
     after = decision.after
-    write = RowWrite.FINISH if starts else _row_write(before, after)
+    write = RowWrite.FINISH if starts else _row_write(before, after, event)
     held = before in HOLDS_PERMITS
     attempt: AttemptEnd | None = None
     if write is RowWrite.FINISH:

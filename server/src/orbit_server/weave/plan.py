@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from orbit_server.errors import IdempotencyConflict, NotFound, StateConflict
+from orbit_server.pulse.states import EMITS_EVENT
 from orbit_server.weave.definition import Definition, MapStep, PollStep, SignalStep, TimerStep
 from orbit_server.weave.engine import (
     ACTIVE,
@@ -52,7 +53,6 @@ from orbit_server.weave.view import (
 )
 
 DEFAULT_LIMITS = Limits()
-ENDED_TASK = frozenset({"succeeded", "failed", "cancelled", "needs_review"})
 
 
 def plan(
@@ -129,7 +129,7 @@ def _task_ended(walk: Planner, event: TaskEnded) -> None:
     if task.state != event.state:
         # The task moved on since (an operator retried it out of needs_review): its next
         # result event tells the outcome.
-        if row.state == StepState.NEEDS_REVIEW and task.state not in ENDED_TASK:
+        if row.state == StepState.NEEDS_REVIEW and task.state not in EMITS_EVENT:
             walk.move(row, StepEvent.RETRIED)
         return
     walk.task_ended(row, task.state, task.result, task.error, task.id)
