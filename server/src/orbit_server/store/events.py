@@ -33,10 +33,6 @@ class EventBus:
         """Call ``handler(event)`` for every committed event of type ``kind``."""
         self._handlers.setdefault(kind, []).append(handler)
 
-    def wanted(self, kind: type) -> bool:
-        """Whether anyone listens for ``kind`` (a unit may skip building events no one hears)."""
-        return kind in self._handlers
-
     async def deliver(self, events: Sequence[object]) -> None:
         """Run the handlers of ``events``, in order; called once their unit has committed."""
         for event in events:
