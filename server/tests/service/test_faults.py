@@ -16,21 +16,18 @@ from orbit_server.pulse.worker import Outcome, Session, Want, WorkerService
 from orbit_server.runtime.node import Node
 from orbit_server.store import Database, Tx
 from orbit_server.store import pulse as store
-from orbit_server.store.base import ServerInfo, T, TransientConflict, Unit
+from orbit_server.store.base import T, TransientConflict, Unit
 from tests.conftest import SCOPE
+from tests.support.wrapped_database import WrappedDatabase
 
 ALICE = Session("s", "n", "w")
 
 
-class FaultyDatabase(Database):
+class FaultyDatabase(WrappedDatabase):
     """Delegates to a real backend; injects one planned fault into the next units."""
 
     def __init__(self, real: Database) -> None:
-        super().__init__(real.retry, real.unit_timeout_s)
-        self.real = real
-        self.bus = real.bus  # the node's: what its units commit reaches the node's waiters
-        self.dialect = real.dialect
-        self.queries = real.queries
+        super().__init__(real)
         self.lose_next_ack = False
         self.conflicts_left = 0
         self.attempts = 0
@@ -45,26 +42,11 @@ class FaultyDatabase(Database):
                 raise TransientConflict("injected deadlock / lock wait timeout")
             return result
 
-        result = await self.real._run_once(faulty, write=write, timeout_s=timeout_s)
+        result = await super()._run_once(faulty, write=write, timeout_s=timeout_s)
         if write and self.lose_next_ack:
             self.lose_next_ack = False
             raise CommitOutcomeUnknown()  # the commit happened; its answer was lost
         return result
-
-    def _exhausted(self, exc: Exception) -> Exception:
-        return self.real._exhausted(exc)
-
-    async def connect(self) -> ServerInfo:
-        return await self.real.connect()
-
-    async def ping(self) -> None:
-        await self.real.ping()
-
-    async def close(self) -> None:
-        await self.real.close()
-
-    def pool_stats(self) -> tuple[int, int]:
-        return self.real.pool_stats()
 
 
 @pytest.fixture

@@ -17,8 +17,9 @@ from orbit_server.pulse.worker import Session, Want, WorkerService
 from orbit_server.runtime.node import Node
 from orbit_server.store import Database, Tx
 from orbit_server.store import pulse as store
-from orbit_server.store.base import ServerInfo, T, Unit
+from orbit_server.store.base import T, Unit
 from tests.conftest import SCOPE
+from tests.support.wrapped_database import WrappedDatabase
 
 ALICE = Session("sess_a", "node-1", "worker-a")
 
@@ -42,32 +43,16 @@ class CountingTx:
         return await self._tx.execute_many(query, rows)
 
 
-class CountingDatabase(Database):
+class CountingDatabase(WrappedDatabase):
     def __init__(self, real: Database) -> None:
-        super().__init__(real.retry, real.unit_timeout_s)
-        self.real, self.dialect, self.queries, self.bus = real, real.dialect, real.queries, real.bus
+        super().__init__(real)
         self.writes: Counter[str] = Counter()
 
     async def _run_once(self, unit: Unit[T], *, write: bool, timeout_s: float) -> T:
         async def counted(tx: Tx) -> T:
             return await unit(CountingTx(tx, self.writes))  # type: ignore[arg-type]
 
-        return await self.real._run_once(counted, write=write, timeout_s=timeout_s)
-
-    def _exhausted(self, exc: Exception) -> Exception:
-        return self.real._exhausted(exc)
-
-    async def connect(self) -> ServerInfo:
-        return await self.real.connect()
-
-    async def ping(self) -> None:
-        await self.real.ping()
-
-    async def close(self) -> None:
-        await self.real.close()
-
-    def pool_stats(self) -> tuple[int, int]:
-        return self.real.pool_stats()
+        return await super()._run_once(counted, write=write, timeout_s=timeout_s)
 
 
 async def expire_a_mixed_batch(node: Node, clock: FakeClock, each: int) -> Counter[str]:
