@@ -290,6 +290,10 @@ class MariaDBServer:
         return self._require_root() / "data"
 
     @property
+    def tmp_dir(self) -> Path:
+        return self._require_root() / "tmp"
+
+    @property
     def socket_path(self) -> Path:
         if self._socket_dir is not None:
             return self._socket_dir / "mysqld.sock"
@@ -407,10 +411,14 @@ class MariaDBServer:
             self._atexit_registered = True
         if len(str(self.data_dir / "mysqld.sock")) >= _MAX_SOCKET_PATH:
             self._socket_dir = Path(tempfile.mkdtemp(prefix="mdb-", dir="/tmp"))
+        self.tmp_dir.mkdir()
         command = [
             str(binaries.install_db),
             "--no-defaults",
             f"--datadir={self.data_dir}",
+            # Its own temporary files: servers bootstrapped at once in one /tmp (one per test
+            # process) otherwise collide on the names of their temporary tables.
+            f"--tmpdir={self.tmp_dir}",
             "--auth-root-authentication-method=normal",
             "--skip-test-db",
             # Skips the check that the host name resolves, which fails in some containers.
@@ -446,6 +454,7 @@ class MariaDBServer:
             str(self._binaries.mariadbd),
             "--no-defaults",
             f"--datadir={self.data_dir}",
+            f"--tmpdir={self.tmp_dir}",
             f"--socket={self.socket_path}",
             f"--port={self.port}",
             f"--pid-file={self.pid_file}",
