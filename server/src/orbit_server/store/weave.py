@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from orbit_server.scope import Scope
-from orbit_server.store.base import Row, Tx, json_table_rows
+from orbit_server.store.base import Row, Tx, chunks, json_table_rows
 from orbit_server.store.base import json_or_none as _json
 from orbit_server.weave.model import Signal, StepExecution, StoredDefinition, Workflow
 from orbit_server.weave.states import StepState, WorkflowState
@@ -324,12 +324,17 @@ async def workflow_steps_main(tx: Tx, workflow_id: str, *, limit: int) -> list[S
 
 
 async def workflow_steps_in_states(
-    tx: Tx, workflow_id: str, states: Sequence[str]
+    tx: Tx, workflow_ids: Sequence[str], states: Sequence[str]
 ) -> list[StepExecution]:
-    rows = await tx.fetch_all(
-        "workflow_steps_in_states", {"workflow_id": workflow_id, "states": list(states)}
-    )
-    return sorted((_step(r) for r in rows), key=lambda s: s.seq)
+    """The executions of the instances in ``states``, by instance, each in the order they
+    began: one statement per 200 instances."""
+    found: list[StepExecution] = []
+    for part in chunks(list(dict.fromkeys(workflow_ids)), 200):
+        rows = await tx.fetch_all(
+            "workflow_steps_in_states", {"workflow_ids": part, "states": list(states)}
+        )
+        found += (_step(r) for r in rows)
+    return sorted(found, key=lambda s: (s.workflow_id, s.seq))
 
 
 async def workflow_steps_count_in_state(tx: Tx, workflow_id: str, state: str) -> int:

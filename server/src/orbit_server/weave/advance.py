@@ -23,14 +23,32 @@ from orbit_server.pulse.service import TaskService
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
 from orbit_server.store import weave as store
+from orbit_server.weave import engine
 from orbit_server.weave.apply import Advance, apply, load
 from orbit_server.weave.definition import Definition
 from orbit_server.weave.definitions import Definitions
-from orbit_server.weave.engine import ACTIVE, FINISHED, Limits, StepState, WorkflowState
+from orbit_server.weave.engine import (
+    ACTIVE,
+    FINISHED,
+    Limits,
+    Outcome,
+    StepState,
+    WorkflowState,
+)
 from orbit_server.weave.model import Workflow
 from orbit_server.weave.plan import plan
 from orbit_server.weave.port import PulsePort
-from orbit_server.weave.view import Due, Event, Need, Plan, Rows, Start, TaskEnded, View
+from orbit_server.weave.view import (
+    Active,
+    Due,
+    Event,
+    Need,
+    Plan,
+    Rows,
+    Start,
+    TaskEnded,
+    View,
+)
 
 __all__ = ["Advance", "Advancement"]  # Advance: the record of one, from apply
 
@@ -86,7 +104,7 @@ class Advancement:
                 view.room = await self._pulse.room(tx, workflow.scope, queues)
             views.append(view)
             definitions.append(definition)
-        await _preload(tx, views, events)
+        await _preload(tx, definitions, views, events)
         plans = await self._plans(tx, definitions, views, events)
         return await apply(tx, self._pulse, plans)
 
@@ -175,7 +193,7 @@ class Advancement:
         workflow = found[0]
         now = self._clock.now()
         advance = Advance(wf=workflow, was_finished=False, changed=True)
-        rows = await store.workflow_steps_in_states(tx, workflow_id, list(ACTIVE))
+        rows = await store.workflow_steps_in_states(tx, [workflow_id], list(ACTIVE))
         for row in rows:
             if row.task_id is not None and row.state == StepState.RUNNING:
                 with contextlib.suppress(NotFound):
@@ -203,9 +221,16 @@ class Advancement:
         self.changed.set()
 
 
-async def _preload(tx: Tx, views: Sequence[View], events: Mapping[str, Sequence[Event]]) -> None:
+async def _preload(
+    tx: Tx,
+    definitions: Sequence[Definition],
+    views: Sequence[View],
+    events: Mapping[str, Sequence[Event]],
+) -> None:
     """The rows the events name (their tasks' steps, the due waits) and their containers, in
-    one statement each: what nearly every plan reads first."""
+    one statement each: what nearly every plan reads first. Then, in one more statement, the
+    active executions of the instances that a step's end may finish (a finish cancels what
+    is still active), so that their plans are made once, not again after that read."""
     wanted = []
     for view in views:
         keys: list[str] = []
@@ -227,3 +252,26 @@ async def _preload(tx: Tx, views: Sequence[View], events: Mapping[str, Sequence[
             parents.append((view, [Rows(missing)]))
     if parents:
         await load(tx, parents)
+    finishing = [
+        (view, [Active()])
+        for view, definition in zip(views, definitions, strict=True)
+        if _may_finish(definition, view, events.get(view.workflow.id, ()))
+    ]
+    if finishing:
+        await load(tx, finishing)
+
+
+def _may_finish(definition: Definition, view: View, events: Sequence[Event]) -> bool:
+    """Whether a task's end among ``events`` leaves the instance's own step list: a top-level
+    step with nowhere to go next."""
+    for event in events:
+        if not isinstance(event, TaskEnded) or event.task.owner_step is None:
+            continue
+        row = view.rows.get(event.task.owner_step)
+        step = None if row is None else definition.steps.get(row.step)
+        if row is None or step is None or row.parent_key is not None:
+            continue
+        outcome = Outcome.SUCCEEDED if event.state == "succeeded" else Outcome.FAILED
+        if not isinstance(engine.transition(step, outcome, None), engine.Goto):
+            return True
+    return False

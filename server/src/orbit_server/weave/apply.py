@@ -58,17 +58,25 @@ class PlannedTwice(RuntimeError):
 
 
 async def load(tx: Tx, wanted: Sequence[tuple[View, Sequence[Need]]]) -> None:
-    """Read what the plans lack into their views: rows of every instance in one statement,
-    the rest per instance (rare: a finish's active executions, a map's items or outputs)."""
+    """Read what the plans lack into their views: rows and active executions of every
+    instance in one statement each, the rest per instance (rare: a map's items or outputs,
+    a signal)."""
     keys: list[tuple[View, str]] = []
+    active: list[View] = []
     for view, needs in wanted:
         for need in needs:
             if isinstance(need, Rows):
                 keys += [(view, k) for k in need.keys if k not in view.rows]
                 if all(k in view.rows for k in need.keys):
                     raise PlannedTwice(need)
+            elif isinstance(need, Active):
+                if view.active is not None:
+                    raise PlannedTwice(need)
+                active.append(view)
             else:
                 await _load_one(tx, view, need)
+    if active:
+        await _load_active(tx, active)
     by_instance = {v.workflow.id: v for v, _ in keys}
     for part in chunks(list(dict.fromkeys((v.workflow.id, k) for v, k in keys)), 200):
         for view, key in ((by_instance[w], k) for w, k in part):
@@ -79,12 +87,7 @@ async def load(tx: Tx, wanted: Sequence[tuple[View, Sequence[Need]]]) -> None:
 
 async def _load_one(tx: Tx, view: View, need: Need) -> None:
     wf = view.workflow.id
-    if isinstance(need, Active):
-        if view.active is not None:
-            raise PlannedTwice(need)
-        view.active = await store.workflow_steps_in_states(tx, wf, list(ACTIVE))
-        _know(view, view.active)
-    elif isinstance(need, Items):
+    if isinstance(need, Items):
         if need.key in view.items:
             raise PlannedTwice(need)
         view.items[need.key] = await store.workflow_step_items(tx, wf, need.key)
@@ -109,6 +112,16 @@ async def _load_one(tx: Tx, view: View, need: Need) -> None:
         if view.reviewing is not None:
             raise PlannedTwice(need)
         view.reviewing = await store.workflow_steps_count_in_state(tx, wf, StepState.NEEDS_REVIEW)
+
+
+async def _load_active(tx: Tx, views: Sequence[View]) -> None:
+    """Every active execution of each instance, in one statement for all of them."""
+    found: dict[str, list[StepExecution]] = {v.workflow.id: [] for v in views}
+    for row in await store.workflow_steps_in_states(tx, list(found), list(ACTIVE)):
+        found[row.workflow_id].append(row)
+    for view in views:
+        view.active = found[view.workflow.id]
+        _know(view, view.active)
 
 
 def _know(view: View, rows: Sequence[StepExecution]) -> None:

@@ -246,7 +246,7 @@ class WorkflowService:
             )
             rows = await store.workflow_steps_main(tx, workflow_id, limit=MAX_STEPS_SHOWN)
             active = await store.workflow_steps_in_states(
-                tx, workflow_id, [StepState.WAITING, StepState.PENDING]
+                tx, [workflow_id], [StepState.WAITING, StepState.PENDING]
             )
             signals = await store.workflow_signals_pending(tx, workflow_id, limit=MAX_WAITS_SHOWN)
             return Inspection(

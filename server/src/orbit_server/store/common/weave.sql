@@ -122,7 +122,7 @@ SELECT workflow_id, step_key, seq, step, kind, state, parent_key, branch, item, 
 SELECT workflow_id, step_key, seq, step, kind, state, parent_key, branch, item, round, task_id,
        tries, input, output, error, progress, followed, due_at, wake_at, started_at, ended_at,
        updated_at
-  FROM workflow_steps WHERE workflow_id = :workflow_id AND state IN (:states)
+  FROM workflow_steps WHERE workflow_id IN (:workflow_ids) AND state IN (:states)
 
 -- name: workflow_steps_count_in_state
 SELECT COUNT(*) AS n FROM workflow_steps WHERE workflow_id = :workflow_id AND state = :state
