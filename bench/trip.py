@@ -101,6 +101,41 @@ def figures(calls: Iterable[Call]) -> dict[str, Any]:
     }
 
 
+# The trip's stages, by the root its calls run under (the function an asyncio task or thread
+# began in): (stage, the roots' prefixes). A root no stage names counts as "other".
+STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("submit", ("api/",)),
+    ("claim, deliver", ("gateway/dispatch.py:", "gateway/connection.py:Connection.writer")),
+    ("worker frames", ("gateway/endpoint.py:", "gateway/connection.py:Connection.answer_")),
+    ("start, result", ("gateway/coalesce.py:", "gateway/batch.py:")),
+    ("advance", ("weave/runner.py:Runner.consume",)),
+    ("loops woken", ("runtime/roles.py:",)),
+)
+
+
+def stage(root: str) -> str:
+    for name, prefixes in STAGES:
+        if root.startswith(prefixes):
+            return name
+    return "other"
+
+
+def stage_figures(calls: Iterable[Call]) -> dict[str, dict[str, int]]:
+    """Distinct functions and files of each stage (a function two stages call counts in
+    both; the table's "all" row counts it once)."""
+    found: dict[str, tuple[set[str], set[str]]] = {}
+    for c in calls:
+        functions, files = found.setdefault(stage(c.root), (set(), set()))
+        functions.add(c.callee)
+        files.add(module(c.callee))
+    order = [name for name, _ in STAGES] + ["other"]
+    return {
+        name: {"functions": len(found[name][0]), "files": len(found[name][1])}
+        for name in order
+        if name in found
+    }
+
+
 @dataclass
 class Window:
     kind: str
@@ -236,6 +271,16 @@ def _median_table(runs: list[dict[str, dict[str, int]]]) -> dict[str, dict[str, 
     }
 
 
+def _median_stages(runs: list[dict[str, dict[str, int]]]) -> dict[str, dict[str, float]]:
+    names = [name for name, _ in STAGES] + ["other"]
+    zero = {"functions": 0, "files": 0}
+    return {
+        name: {f: statistics.median(run.get(name, zero)[f] for run in runs) for f in zero}
+        for name in names
+        if any(name in run for run in runs)
+    }
+
+
 def _fmt(value: float) -> str:
     return f"{value:g}"
 
@@ -252,6 +297,7 @@ def report(results: list[dict[str, Window]]) -> dict[str, Any]:
             "window_median": _median_table(raws)["all"],
             "idle_median": _median_table(idles)["all"],
             "per_run": [t["all"] for t in trips],
+            "stages": _median_stages([stage_figures(r[kind].trip_calls()) for r in results]),
         }
     return out
 
@@ -268,6 +314,9 @@ def print_table(found: dict[str, Any]) -> None:
         for label, row in (("window, raw", data["window_median"]),
                            ("idle window", data["idle_median"])):  # fmt: skip
             print(f"{label:<14}" + "".join(f"{_fmt(row[f]):>11}" for f in FIELDS))
+        print(f"{'by stage':<14}{'functions':>11}{'files':>11}")
+        for name, row in data["stages"].items():
+            print(f"  {name:<14}{_fmt(row['functions']):>9}{_fmt(row['files']):>11}")
         runs = "; ".join(" ".join(f"{f}={r[f]}" for f in FIELDS) for r in data["per_run"])
         print(f"runs: {runs}")
 
