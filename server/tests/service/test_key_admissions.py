@@ -14,13 +14,13 @@ from orbit_server.pulse import admission
 from orbit_server.runtime.node import Node
 from orbit_server.store import Tx
 from orbit_server.store import admissions as astore
-from orbit_server.store import leases as lstore
+from orbit_server.store import claim_range as ready_store
 from tests.conftest import SCOPE
 from tests.service.test_worker import claim, spec, submit
 
 
 async def admitted(node: Node, keys: list[str]) -> set[str]:
-    return await node.db.read(lambda tx: lstore.ready_of_keys(tx, SCOPE, "emails", keys))
+    return await node.db.read(lambda tx: ready_store.ready_of_keys(tx, SCOPE, "emails", keys))
 
 
 async def notes(node: Node, clock: FakeClock) -> list[astore.AdmissionNote]:

@@ -26,7 +26,10 @@ from orbit_server.pulse.worker import (
     Want,
 )
 from orbit_server.runtime.node import Node
-from orbit_server.store import pulse as store
+from orbit_server.store import claim_range as ready_store
+from orbit_server.store import permits as permit_store
+from orbit_server.store import queues as queue_store
+from orbit_server.store import task_events as event_store
 from tests.conftest import SCOPE
 
 ALICE = Session("sess_a", "node-1", "worker-a")
@@ -49,13 +52,13 @@ async def claim(node: Node, session: Session = ALICE, free: int = 100, **want: o
 
 
 async def queue(node: Node) -> Queue:
-    found = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "emails"))
+    found = await node.db.read(lambda tx: queue_store.queue_get(tx, SCOPE, "emails"))
     assert found is not None
     return found
 
 
 async def events(node: Node) -> Counter[str]:
-    found = await node.db.read(lambda tx: store.task_event_list_pending(tx, limit=1000))
+    found = await node.db.read(lambda tx: event_store.task_event_list_pending(tx, limit=1000))
     return Counter(e.state for e in found)
 
 
@@ -224,7 +227,9 @@ async def test_cancelling_leased_work_frees_its_permits_and_fences_the_holder(no
     assert await node.workers.start(lease.ref) is StartVerdict.STALE
     q = await queue(node)
     assert (q.active, q.pending) == (0, 0)
-    permit = await node.db.read(lambda tx: store.key_permit_active(tx, SCOPE, "emails", "user-1"))
+    permit = await node.db.read(
+        lambda tx: permit_store.key_permit_active(tx, SCOPE, "emails", "user-1")
+    )
     assert permit == 0
 
 
@@ -466,8 +471,8 @@ async def test_operator_retry_gives_a_new_attempt(node: Node, clock: FakeClock) 
 @pytest.mark.covers("task_event_mark_processed")
 async def test_result_events_are_consumed_exactly_once(node: Node) -> None:
     from orbit_server.pulse.events import EventConsumer
+    from orbit_server.pulse.model import ResultEvent
     from orbit_server.store import Tx
-    from orbit_server.store.pulse import ResultEvent
 
     for _ in range(3):
         [task_id] = await submit(node)
@@ -497,14 +502,13 @@ async def test_result_events_are_consumed_exactly_once(node: Node) -> None:
     assert [e.id for e in await consumer.pending()] == [event.id]  # not lost
 
 
-@pytest.mark.covers("tasks_prune")
+@pytest.mark.covers("tasks_prune", "attempts_delete_for_tasks", "task_events_delete_for_tasks")
 async def test_retention_prunes_finished_history_within_a_budget(
     node: Node, clock: FakeClock
 ) -> None:
     from orbit_server.pulse.events import EventConsumer
-    from orbit_server.pulse.model import Owner
+    from orbit_server.pulse.model import Owner, ResultEvent
     from orbit_server.store import Tx
-    from orbit_server.store.pulse import ResultEvent
 
     old = await submit(node, 3, owner=Owner("workflow", "wf_1", "step"))
     for task_id in old:
@@ -533,7 +537,7 @@ async def test_every_result_event_survives_retries_and_repeats(node: Node) -> No
     await node.tasks.cancel(SCOPE, task_id, reason=None, actor=ACTOR)
     await node.tasks.retry(SCOPE, task_id, actor=ACTOR)
     await node.tasks.cancel(SCOPE, task_id, reason=None, actor=ACTOR)
-    found = await node.db.read(lambda tx: store.task_event_list_pending(tx, limit=10))
+    found = await node.db.read(lambda tx: event_store.task_event_list_pending(tx, limit=10))
     assert [(e.task_id, e.state, e.seq) for e in found] == [
         (task_id, "cancelled", 1),
         (task_id, "cancelled", 2),
@@ -547,19 +551,18 @@ async def test_history_of_plain_tasks_is_pruned_without_a_consumer(
     await node.tasks.cancel(SCOPE, task_id, reason=None, actor=ACTOR)
     clock.advance(timedelta(days=8))
     assert await node.tasks.prune_finished(7 * 86_400_000) == 1
-    assert await node.db.read(lambda tx: store.task_event_list_pending(tx, limit=10)) == []
+    assert await node.db.read(lambda tx: event_store.task_event_list_pending(tx, limit=10)) == []
 
 
 @pytest.mark.covers("ready_fairness_keys")
 async def test_fairness_keys_are_found_by_seeks_and_rotate(node: Node) -> None:
-    from orbit_server.store import leases as lstore
 
     for key in ("c", "a", "", "b"):
         await submit(node, 2, fairness_key=key or None)
 
     async def keys(limit: int, start_after: str | None) -> list[str]:
         return await node.db.read(
-            lambda tx: lstore.ready_fairness_keys(
+            lambda tx: ready_store.ready_fairness_keys(
                 tx, SCOPE, "emails", "send", limit=limit, start_after=start_after
             )
         )
@@ -572,21 +575,22 @@ async def test_fairness_keys_are_found_by_seeks_and_rotate(node: Node) -> None:
 
 @pytest.mark.covers("claim_outlook")
 async def test_the_claim_outlook_has_the_queue_and_which_types_have_work(node: Node) -> None:
-    from orbit_server.store import leases as lstore
 
     await submit(node, 2)  # type send, no fairness key
     await submit(node, 1, type="bill", fairness_key="b")
     await submit(node, 1, type="bill", fairness_key="a")
 
     queue, spans = await node.db.read(
-        lambda tx: lstore.claim_outlook(tx, SCOPE, "emails", ["send", "bill", "idle", "send"])
+        lambda tx: ready_store.claim_outlook(tx, SCOPE, "emails", ["send", "bill", "idle", "send"])
     )
     assert queue is not None and (queue.name, queue.pending) == ("emails", 4)
     assert spans == {
-        "send": lstore.KeySpan("", "", None),
-        "bill": lstore.KeySpan("a", "b", None),
+        "send": ready_store.KeySpan("", "", None),
+        "bill": ready_store.KeySpan("a", "b", None),
     }
-    missing = await node.db.read(lambda tx: lstore.claim_outlook(tx, SCOPE, "nothing", ["send"]))
+    missing = await node.db.read(
+        lambda tx: ready_store.claim_outlook(tx, SCOPE, "nothing", ["send"])
+    )
     assert missing == (None, {})
 
 
@@ -687,7 +691,7 @@ async def test_a_closed_gates_tasks_wait_outside_the_claim_range(
     await node.gates.set_open(SCOPE, gate, open_=True)  # opening an open gate changes nothing
 
 
-@pytest.mark.covers("tasks_start_many")
+@pytest.mark.covers("tasks_start_many", "attempts_start_many")
 async def test_a_repeated_start_of_a_running_attempt_answers_started(node: Node) -> None:
     await submit(node, 2)
     first, second = await claim(node)
@@ -711,7 +715,7 @@ async def test_a_failure_of_unsafe_work_goes_to_review_unless_vouched_safe(node:
         assert (await node.tasks.get(SCOPE, task_id)).state == by_id[task_id]
 
 
-@pytest.mark.covers("tasks_succeed_many", "task_events_insert_many")
+@pytest.mark.covers("tasks_succeed_many", "task_events_insert_many", "attempts_end_running_many")
 async def test_a_report_of_an_eager_attempt_not_yet_started_is_its_start_too(
     node: Node, clock: FakeClock
 ) -> None:
@@ -738,7 +742,7 @@ async def test_a_report_of_an_eager_attempt_not_yet_started_is_its_start_too(
     assert attempt.state == "succeeded" and attempt.started_at == attempt.ended_at == clock.now()
     retried = await node.tasks.get(SCOPE, failing)
     assert (retried.state, retried.attempts) == ("scheduled", 1)  # the attempt counted
-    events = await node.db.read(lambda tx: store.task_event_list_pending(tx, limit=10))
+    events = await node.db.read(lambda tx: event_store.task_event_list_pending(tx, limit=10))
     assert [(e.task_id, e.state, e.seq) for e in events] == [(done, "succeeded", 1)]
     again = await node.workers.report_many([Report(leases[done].ref, Event.COMPLETE)])
     assert again == [Outcome.ALREADY]  # a resend
@@ -765,7 +769,7 @@ async def test_a_report_cannot_start_unsafe_or_gated_work(node: Node) -> None:
         assert (await node.tasks.get(SCOPE, task_id)).state == "leased"
 
 
-@pytest.mark.covers("tasks_lock_many", "tasks_succeed_many")
+@pytest.mark.covers("tasks_lock_many", "tasks_succeed_many", "attempts_start_and_end_many")
 async def test_many_results_in_one_transaction_get_an_outcome_each(node: Node) -> None:
     from orbit_server.pulse.states import Event
     from orbit_server.pulse.worker import Report

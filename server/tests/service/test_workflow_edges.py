@@ -16,7 +16,7 @@ from orbit_server.governance.keys import Role
 from orbit_server.pulse.service import QueueSettings
 from orbit_server.pulse.worker import Want
 from orbit_server.runtime.node import Node
-from orbit_server.store import weave as wstore
+from orbit_server.store import workflows as workflow_store
 from orbit_server.weave.service import Definitions
 from tests.conftest import SCOPE, bearer, make_key
 from tests.service.weave_support import (
@@ -210,17 +210,17 @@ async def test_a_skip_racing_the_result_event_enters_the_next_step_once(
     wf = await start(node, "s", {})
     assert await work(node) == [{}]  # the result event is pending
     reached, release = asyncio.Event(), asyncio.Event()
-    original = wstore.workflows_lock_many
+    original = workflow_store.workflows_lock_many
 
     async def held(tx, ids):  # type: ignore[no-untyped-def]
         reached.set()
         await release.wait()
         return await original(tx, ids)
 
-    monkeypatch.setattr(wstore, "workflows_lock_many", held)
+    monkeypatch.setattr(workflow_store, "workflows_lock_many", held)
     consuming = asyncio.create_task(node.runner.consume())
     await reached.wait()  # the events are marked, the instance not locked yet
-    monkeypatch.setattr(wstore, "workflows_lock_many", original)
+    monkeypatch.setattr(workflow_store, "workflows_lock_many", original)
     await node.workflow_control.skip_step(SCOPE, wf.id, "slow", output={"given": True}, actor=ACTOR)
     release.set()
     await consuming

@@ -24,7 +24,7 @@ from orbit_server.errors import (
 from orbit_server.pulse.model import TaskSpec
 from orbit_server.pulse.service import QueueSettings
 from orbit_server.runtime.node import Node
-from orbit_server.store import weave as wstore
+from orbit_server.store import steps as step_store
 from tests.conftest import SCOPE
 from tests.service.weave_support import (
     ACTOR,
@@ -156,7 +156,9 @@ async def test_a_result_event_is_consumed_once_even_when_delivered_again(node: N
     await publish(node, body("two", [task("a", next="b"), task("b")]))
     wf = await start(node, "two", {"n": 1})
     await work(node)
-    events = await node.db.read(lambda tx: wstore.workflow_steps_list(tx, wf.id, after=0, limit=10))
+    events = await node.db.read(
+        lambda tx: step_store.workflow_steps_list(tx, wf.id, after=0, limit=10)
+    )
     assert len(events) == 1
     assert await node.runner.consume() == 1
     assert await node.runner.consume() == 0  # processed: nothing again
@@ -913,7 +915,11 @@ async def test_a_wide_map_starts_its_items_100_per_transaction(node: Node) -> No
 
 
 @pytest.mark.covers(
-    "workflows_finished_before", "workflow_steps_delete_some", "workflow_delete", "gate_delete"
+    "workflows_finished_before",
+    "workflow_steps_delete_some",
+    "workflow_delete",
+    "workflow_signals_delete",
+    "gate_delete",
 )
 async def test_finished_instances_are_forgotten_after_the_retention_in_bounded_parts(
     node: Node, clock: FakeClock

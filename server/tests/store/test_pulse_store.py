@@ -11,9 +11,12 @@ from orbit_server.clock import FakeClock
 from orbit_server.pulse.model import Owner, Queue, ResultEvent, Task, TaskSpec, new_task
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
-from orbit_server.store import leases as lstore
-from orbit_server.store import pulse as store
-from orbit_server.store import tasks as tstore
+from orbit_server.store import attempts as attempt_store
+from orbit_server.store import claim_range as ready_store
+from orbit_server.store import permits as permit_store
+from orbit_server.store import queues as queue_store
+from orbit_server.store import task_events as event_store
+from orbit_server.store import tasks as task_store
 from orbit_server.store.base import DuplicateKey
 from orbit_server.store.tasks import TaskMove
 
@@ -36,7 +39,7 @@ def task(clock: FakeClock, task_id: str, scope: Scope = SCOPE, **spec: object) -
 async def insert(db: Database, *tasks: Task) -> None:
     async def unit(tx: Tx) -> None:
         for t in tasks:
-            await tstore.task_insert(tx, t)
+            await task_store.task_insert(tx, t)
 
     await db.run(unit)
 
@@ -48,20 +51,24 @@ async def test_queues_are_created_once_listed_and_configured(
     db: Database, clock: FakeClock
 ) -> None:
     async def unit(tx: Tx) -> tuple[bool, bool]:
-        first = await store.queue_ensure(tx, SCOPE, "emails", clock.now())
-        again = await store.queue_ensure(tx, SCOPE, "emails", clock.now())
-        await store.queue_ensure(tx, SCOPE, "reports", clock.now())
-        await store.queue_ensure(tx, OTHER, "emails", clock.now())
+        first = await queue_store.queue_ensure(tx, SCOPE, "emails", clock.now())
+        again = await queue_store.queue_ensure(tx, SCOPE, "emails", clock.now())
+        await queue_store.queue_ensure(tx, SCOPE, "reports", clock.now())
+        await queue_store.queue_ensure(tx, OTHER, "emails", clock.now())
         return first, again
 
     assert await db.run(unit) == (True, False)
-    created = await db.run(lambda tx: store.queue_lock_or_create(tx, SCOPE, "new", clock.now()))
-    existing = await db.run(lambda tx: store.queue_lock_or_create(tx, SCOPE, "emails", clock.now()))
+    created = await db.run(
+        lambda tx: queue_store.queue_lock_or_create(tx, SCOPE, "new", clock.now())
+    )
+    existing = await db.run(
+        lambda tx: queue_store.queue_lock_or_create(tx, SCOPE, "emails", clock.now())
+    )
     assert (created.name, existing.name) == ("new", "emails")
     later = clock.advance(1000)
 
     async def configure(tx: Tx) -> None:
-        await store.queue_update_settings(
+        await queue_store.queue_update_settings(
             tx, SCOPE, "emails", paused=True, concurrency_limit=5, key_concurrency=2,
             max_pending=100, now=later,
         )  # fmt: skip
@@ -70,11 +77,11 @@ async def test_queues_are_created_once_listed_and_configured(
 
     async def read(tx: Tx) -> tuple[object, ...]:
         return (
-            await store.queue_get(tx, SCOPE, "emails"),
-            await store.queue_get(tx, SCOPE, "emails", lock=True),
-            await store.queue_get(tx, SCOPE, "missing"),
-            [q.name for q in await store.queue_list(tx, SCOPE, limit=10)],
-            [q.name for q in await store.queue_list(tx, SCOPE, limit=10, after="emails")],
+            await queue_store.queue_get(tx, SCOPE, "emails"),
+            await queue_store.queue_get(tx, SCOPE, "emails", lock=True),
+            await queue_store.queue_get(tx, SCOPE, "missing"),
+            [q.name for q in await queue_store.queue_list(tx, SCOPE, limit=10)],
+            [q.name for q in await queue_store.queue_list(tx, SCOPE, limit=10, after="emails")],
         )
 
     plain, locked, missing, names, after = await db.run(read)
@@ -95,15 +102,15 @@ async def test_pending_is_counted_only_into_an_existing_queue_within_its_quota(
     db: Database, clock: FakeClock
 ) -> None:
     async def unit(tx: Tx) -> tuple[list[bool], int]:
-        missing = await store.queue_add_pending_within(tx, SCOPE, "emails", 1, clock.now())
-        await store.queue_ensure(tx, SCOPE, "emails", clock.now())
-        await store.queue_update_settings(
+        missing = await queue_store.queue_add_pending_within(tx, SCOPE, "emails", 1, clock.now())
+        await queue_store.queue_ensure(tx, SCOPE, "emails", clock.now())
+        await queue_store.queue_update_settings(
             tx, SCOPE, "emails", paused=False, concurrency_limit=None, key_concurrency=1,
             max_pending=3, now=clock.now(),
         )  # fmt: skip
-        within = await store.queue_add_pending_within(tx, SCOPE, "emails", 3, clock.now())
-        over = await store.queue_add_pending_within(tx, SCOPE, "emails", 1, clock.now())
-        queue = await store.queue_get(tx, SCOPE, "emails")
+        within = await queue_store.queue_add_pending_within(tx, SCOPE, "emails", 3, clock.now())
+        over = await queue_store.queue_add_pending_within(tx, SCOPE, "emails", 1, clock.now())
+        queue = await queue_store.queue_get(tx, SCOPE, "emails")
         assert queue is not None
         return [missing, within, over], queue.pending
 
@@ -115,24 +122,26 @@ async def test_a_claim_is_counted_only_within_the_concurrency_limit_of_an_open_q
     db: Database, clock: FakeClock
 ) -> None:
     async def limit(tx: Tx, *, paused: bool) -> None:
-        await store.queue_update_settings(
+        await queue_store.queue_update_settings(
             tx, SCOPE, "emails", paused=paused, concurrency_limit=3, key_concurrency=1,
             max_pending=None, now=clock.now(),
         )  # fmt: skip
 
     async def unit(tx: Tx) -> tuple[list[bool], tuple[int, int]]:
-        await store.queue_ensure(tx, SCOPE, "emails", clock.now())
-        await store.queue_add_counts(tx, SCOPE, "emails", pending=5, now=clock.now())
+        await queue_store.queue_ensure(tx, SCOPE, "emails", clock.now())
+        await queue_store.queue_add_counts(tx, SCOPE, "emails", pending=5, now=clock.now())
         await limit(tx, paused=False)
         took = [
-            await store.queue_take_active_within(tx, SCOPE, "emails", 2, clock.now()),
-            await store.queue_take_active_within(tx, SCOPE, "emails", 2, clock.now()),  # 4 > 3
-            await store.queue_take_active_within(tx, SCOPE, "emails", 1, clock.now()),
+            await queue_store.queue_take_active_within(tx, SCOPE, "emails", 2, clock.now()),
+            await queue_store.queue_take_active_within(
+                tx, SCOPE, "emails", 2, clock.now()
+            ),  # 4 > 3
+            await queue_store.queue_take_active_within(tx, SCOPE, "emails", 1, clock.now()),
         ]
-        await store.queue_add_counts(tx, SCOPE, "emails", active=-3, now=clock.now())
+        await queue_store.queue_add_counts(tx, SCOPE, "emails", active=-3, now=clock.now())
         await limit(tx, paused=True)
-        took.append(await store.queue_take_active_within(tx, SCOPE, "emails", 1, clock.now()))
-        queue = await store.queue_get(tx, SCOPE, "emails")
+        took.append(await queue_store.queue_take_active_within(tx, SCOPE, "emails", 1, clock.now()))
+        queue = await queue_store.queue_get(tx, SCOPE, "emails")
         assert queue is not None
         return took, (queue.pending, queue.active)
 
@@ -142,20 +151,24 @@ async def test_a_claim_is_counted_only_within_the_concurrency_limit_of_an_open_q
 @pytest.mark.covers("queue_add_counts", "key_permits_ensure", "key_permit_active")
 async def test_counters_and_key_permits_move_by_deltas(db: Database, clock: FakeClock) -> None:
     async def unit(tx: Tx) -> tuple[int, int, int]:
-        await store.queue_ensure(tx, SCOPE, "emails", clock.now())
-        await store.queue_add_counts(tx, SCOPE, "emails", pending=5, now=clock.now())
-        await store.queue_add_counts(tx, SCOPE, "emails", pending=-2, active=2, now=clock.now())
-        await store.key_permits_ensure(tx, SCOPE, "emails", ["user-1"], clock.now())
-        await store.key_permits_ensure(tx, SCOPE, "emails", ["user-1"], clock.now())  # idempotent
-        await store.key_permits_add_many(tx, SCOPE, "emails", {"user-1": 2}, clock.now())
-        await store.key_permits_add_many(tx, SCOPE, "emails", {"user-1": -1}, clock.now())
-        queue = await store.queue_get(tx, SCOPE, "emails")
+        await queue_store.queue_ensure(tx, SCOPE, "emails", clock.now())
+        await queue_store.queue_add_counts(tx, SCOPE, "emails", pending=5, now=clock.now())
+        await queue_store.queue_add_counts(
+            tx, SCOPE, "emails", pending=-2, active=2, now=clock.now()
+        )
+        await permit_store.key_permits_ensure(tx, SCOPE, "emails", ["user-1"], clock.now())
+        await permit_store.key_permits_ensure(
+            tx, SCOPE, "emails", ["user-1"], clock.now()
+        )  # idempotent
+        await permit_store.key_permits_add_many(tx, SCOPE, "emails", {"user-1": 2}, clock.now())
+        await permit_store.key_permits_add_many(tx, SCOPE, "emails", {"user-1": -1}, clock.now())
+        queue = await queue_store.queue_get(tx, SCOPE, "emails")
         assert queue is not None
-        active = await store.key_permit_active(tx, SCOPE, "emails", "user-1")
+        active = await permit_store.key_permit_active(tx, SCOPE, "emails", "user-1")
         return queue.pending, queue.active, active
 
     assert await db.run(unit) == (3, 2, 1)
-    none = await db.read(lambda tx: store.key_permit_active(tx, SCOPE, "emails", "nobody"))
+    none = await db.read(lambda tx: permit_store.key_permit_active(tx, SCOPE, "emails", "nobody"))
     assert none == 0
 
 
@@ -164,12 +177,12 @@ async def test_many_keys_move_by_their_own_deltas(db: Database, clock: FakeClock
     keys = ["a", "b", "c", "d"]
 
     async def unit(tx: Tx) -> list[int]:
-        await store.key_permits_ensure(tx, SCOPE, "emails", keys, clock.now())
-        await store.key_permits_add_many(
+        await permit_store.key_permits_ensure(tx, SCOPE, "emails", keys, clock.now())
+        await permit_store.key_permits_add_many(
             tx, SCOPE, "emails", {"a": 2, "b": 2, "c": 1, "d": 0}, clock.now()
         )
-        await store.key_permits_add_many(tx, SCOPE, "emails", {"a": -1, "c": 3}, clock.now())
-        return [await store.key_permit_active(tx, SCOPE, "emails", key) for key in keys]
+        await permit_store.key_permits_add_many(tx, SCOPE, "emails", {"a": -1, "c": 3}, clock.now())
+        return [await permit_store.key_permit_active(tx, SCOPE, "emails", key) for key in keys]
 
     assert await db.run(unit) == [1, 2, 4, 0]
 
@@ -193,11 +206,11 @@ async def test_tasks_round_trip_with_every_field(db: Database, clock: FakeClock)
 
     async def read(tx: Tx) -> tuple[object, ...]:
         return (
-            await store.task_get(tx, SCOPE, "t1"),
-            await store.task_get(tx, SCOPE, "t1", lock=True),
-            await store.task_get(tx, OTHER, "t1"),
-            await store.task_get_by_idempotency_key(tx, SCOPE, "welcome-42"),
-            await store.task_get_by_idempotency_key(tx, OTHER, "welcome-42"),
+            await task_store.task_get(tx, SCOPE, "t1"),
+            await task_store.task_get(tx, SCOPE, "t1", lock=True),
+            await task_store.task_get(tx, OTHER, "t1"),
+            await task_store.task_get_by_idempotency_key(tx, SCOPE, "welcome-42"),
+            await task_store.task_get_by_idempotency_key(tx, OTHER, "welcome-42"),
         )
 
     found, locked, foreign, by_key, foreign_key = await db.run(read)
@@ -218,11 +231,11 @@ async def test_many_tasks_and_ready_rows_go_in_at_once(db: Database, clock: Fake
     many = [task(clock, f"m{i}", params={"i": i}) for i in range(5)]
 
     async def unit(tx: Tx) -> tuple[list[Task | None], bool]:
-        await tstore.tasks_insert_many(tx, many)
-        await store.task_ready_insert_many(tx, many[:2])
-        await tstore.tasks_insert_many(tx, [])  # nothing to do
-        found = [await store.task_get(tx, SCOPE, t.id) for t in many]
-        return found, await lstore.ready_exists(tx, SCOPE, many[0].queue)
+        await task_store.tasks_insert_many(tx, many)
+        await ready_store.task_ready_insert_many(tx, many[:2])
+        await task_store.tasks_insert_many(tx, [])  # nothing to do
+        found = [await task_store.task_get(tx, SCOPE, t.id) for t in many]
+        return found, await ready_store.ready_exists(tx, SCOPE, many[0].queue)
 
     found, ready = await db.run(unit)
     assert found == many and ready
@@ -236,7 +249,7 @@ async def test_task_lists_page_newest_first_by_filter(db: Database, clock: FakeC
 
     async def ids(**filters: object) -> list[str]:
         async def unit(tx: Tx) -> list[Task]:
-            return await store.task_list(tx, SCOPE, **filters)  # type: ignore[arg-type]
+            return await task_store.task_list(tx, SCOPE, **filters)  # type: ignore[arg-type]
 
         return [t.id for t in await db.read(unit)]
 
@@ -258,26 +271,26 @@ async def test_the_claim_range_and_queue_statistics(db: Database, clock: FakeClo
     scheduled = dataclasses.replace(task(clock, "t3"), state="scheduled")
 
     async def unit(tx: Tx) -> None:
-        await store.queue_ensure(tx, SCOPE, "emails", clock.now())
+        await queue_store.queue_ensure(tx, SCOPE, "emails", clock.now())
         for t in (first, second, scheduled):
-            await tstore.task_insert(tx, t)
-        await store.task_ready_insert(tx, first)
-        await store.task_ready_insert(tx, second)
+            await task_store.task_insert(tx, t)
+        await ready_store.task_ready_insert(tx, first)
+        await ready_store.task_ready_insert(tx, second)
 
     await db.run(unit)
 
     async def stats(tx: Tx) -> tuple[object, dict[str, int]]:
         return (
-            await store.queue_oldest_ready_at(tx, SCOPE, "emails"),
-            await store.queue_state_counts(tx, SCOPE, "emails"),
+            await ready_store.queue_oldest_ready_at(tx, SCOPE, "emails"),
+            await task_store.queue_state_counts(tx, SCOPE, "emails"),
         )
 
     assert await db.read(stats) == (first.run_at, {"pending": 2, "scheduled": 1})
-    assert await db.run(lambda tx: store.task_ready_delete(tx, "t1")) is True
-    assert await db.run(lambda tx: store.task_ready_delete(tx, "t1")) is False
+    assert await db.run(lambda tx: ready_store.task_ready_delete(tx, "t1")) is True
+    assert await db.run(lambda tx: ready_store.task_ready_delete(tx, "t1")) is False
     oldest, _ = await db.read(stats)
     assert oldest == second.run_at
-    await db.run(lambda tx: store.task_ready_delete(tx, "t2"))
+    await db.run(lambda tx: ready_store.task_ready_delete(tx, "t2"))
     assert (await db.read(stats))[0] is None
 
 
@@ -294,25 +307,25 @@ async def test_unstarted_tasks_finish_fenced_and_running_ones_are_asked(
         return TaskMove(t.id, t.state, t.lease_epoch, "cancelled", reason=reason)
 
     async def finish(tx: Tx) -> int:
-        return await tstore.tasks_end_unstarted(tx, [cancel(pending, "r")], now)
+        return await task_store.tasks_end_unstarted(tx, [cancel(pending, "r")], now)
 
     assert await db.run(finish) == 1
     assert await db.run(finish) == 0  # the row is no longer pending: fenced
     stale = dataclasses.replace(running, state="running", lease_epoch=99)
 
     async def wrong_epoch(tx: Tx) -> int:
-        return await tstore.tasks_end_unstarted(tx, [cancel(stale, None)], now)
+        return await task_store.tasks_end_unstarted(tx, [cancel(stale, None)], now)
 
     assert await db.run(wrong_epoch) == 0
 
     async def ask(tx: Tx) -> bool:
-        return await tstore.task_request_cancel(tx, "t2", "stop", now)
+        return await task_store.task_request_cancel(tx, "t2", "stop", now)
 
     assert await db.run(ask) is True
     assert await db.run(ask) is False  # already asked
-    assert await db.run(lambda tx: tstore.task_request_cancel(tx, "t1", None, now)) is False
-    done = await db.read(lambda tx: store.task_get(tx, SCOPE, "t1"))
-    asked = await db.read(lambda tx: store.task_get(tx, SCOPE, "t2"))
+    assert await db.run(lambda tx: task_store.task_request_cancel(tx, "t1", None, now)) is False
+    done = await db.read(lambda tx: task_store.task_get(tx, SCOPE, "t1"))
+    asked = await db.read(lambda tx: task_store.task_get(tx, SCOPE, "t2"))
     assert done is not None and done.state == "cancelled" and done.finished_at == now
     assert done.cancel_reason == "r"
     assert asked is not None and asked.state == "running" and asked.cancel_requested
@@ -336,21 +349,23 @@ async def test_result_events_are_unique_per_task_attempt_and_state(
 
     async def unit(tx: Tx) -> list[bool]:
         return [
-            await tstore.task_event_insert(tx, event_seq1(1)),
-            await tstore.task_event_insert(tx, event_seq1(2)),
-            await tstore.task_event_insert(tx, dataclasses.replace(event_seq1(1), id="evt_99")),
-            await tstore.task_event_insert(tx, event_seq1(3, "needs_review")),
+            await task_store.task_event_insert(tx, event_seq1(1)),
+            await task_store.task_event_insert(tx, event_seq1(2)),
+            await task_store.task_event_insert(tx, dataclasses.replace(event_seq1(1), id="evt_99")),
+            await task_store.task_event_insert(tx, event_seq1(3, "needs_review")),
         ]
 
     assert await db.run(unit) == [True, True, False, True]
-    first = await db.read(lambda tx: store.task_event_list_pending(tx, limit=2))
+    first = await db.read(lambda tx: event_store.task_event_list_pending(tx, limit=2))
     assert [e.id for e in first] == ["evt_01", "evt_02"]
     assert first[0].owner_kind == "workflow" and first[0].created_at == clock.now()
-    rest = await db.read(lambda tx: store.task_event_list_pending(tx, limit=2, after="evt_02"))
+    rest = await db.read(
+        lambda tx: event_store.task_event_list_pending(tx, limit=2, after="evt_02")
+    )
     assert [(e.id, e.state) for e in rest] == [("evt_03", "needs_review")]
 
 
 @pytest.mark.covers("attempt_list")
 async def test_a_task_without_leases_has_no_attempts(db: Database, clock: FakeClock) -> None:
     await insert(db, task(clock, "t1"))
-    assert await db.read(lambda tx: store.attempt_list(tx, "t1")) == []
+    assert await db.read(lambda tx: attempt_store.attempt_list(tx, "t1")) == []

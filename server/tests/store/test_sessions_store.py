@@ -12,9 +12,9 @@ from orbit_server.pulse.sessions import HeldRef
 from orbit_server.pulse.worker import Session, Want
 from orbit_server.runtime.node import Node
 from orbit_server.store import Database, Tx
-from orbit_server.store import leases as lstore
+from orbit_server.store import claim_range as ready_store
 from orbit_server.store import sessions as sstore
-from orbit_server.store import tasks as tstore
+from orbit_server.store import tasks as task_store
 from tests.conftest import OTHER_TENANT, SCOPE
 
 HANDLERS = [{"queue": "emails", "type": "send", "versions": []},
@@ -69,16 +69,16 @@ async def test_sessions_are_counted_while_open_and_seen_then_pruned(
 async def test_a_lease_moves_to_a_new_session_only_while_it_holds(
     node: Node, clock: FakeClock
 ) -> None:
-    assert not await node.db.read(lambda tx: lstore.ready_exists(tx, SCOPE, "emails"))
+    assert not await node.db.read(lambda tx: ready_store.ready_exists(tx, SCOPE, "emails"))
     await node.tasks.submit_many(SCOPE, [TaskSpec(queue="emails", type="send")])
-    assert await node.db.read(lambda tx: lstore.ready_exists(tx, SCOPE, "emails"))
+    assert await node.db.read(lambda tx: ready_store.ready_exists(tx, SCOPE, "emails"))
     [lease] = await node.workers.claim(
         SCOPE, Session("ses_old", "n1", "w"), [Want("emails", "send", 1)], limit=1
     )
     ref = lease.ref
 
     async def adopt(tx: Tx) -> bool:
-        return await tstore.task_adopt(
+        return await task_store.task_adopt(
             tx, ref.task_id, ref.attempt, ref.lease_token, session_id="ses_new", node="n2",
             worker_id="w", now=clock.now(),
         )  # fmt: skip
@@ -101,7 +101,7 @@ async def test_a_reconnect_adopts_only_leases_of_its_own_scope_and_queues(node: 
     )
     held = [HeldRef(lease.ref.task_id, lease.ref.attempt, lease.ref.lease_token)]
     locked = await node.db.read(
-        lambda tx: lstore.tasks_lock_many_in(tx, OTHER_TENANT, [lease.ref.task_id])
+        lambda tx: task_store.tasks_lock_many_in(tx, OTHER_TENANT, [lease.ref.task_id])
     )
     assert locked == {}
     for scope, queues in ((OTHER_TENANT, None), (SCOPE, frozenset({"reports"}))):

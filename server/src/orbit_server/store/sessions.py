@@ -1,5 +1,5 @@
-"""Store methods of worker sessions: one row per worker connection, the queues it serves, and
-the fenced move of a lease to the session a worker reconnected with."""
+"""Store methods of worker sessions: one row per worker connection and the queues it serves
+(a lease moves to the session a worker reconnected with in ``tasks.task_adopt``)."""
 
 from __future__ import annotations
 
