@@ -18,6 +18,7 @@ from orbit_server.store import queues as queue_store
 from orbit_server.store import task_events as event_store
 from orbit_server.store import tasks as task_store
 from orbit_server.store.base import DuplicateKey
+from orbit_server.store.queues import QueueConfig
 from orbit_server.store.tasks import TaskMove
 
 SCOPE = Scope("acme", "prod")
@@ -69,9 +70,8 @@ async def test_queues_are_created_once_listed_and_configured(
 
     async def configure(tx: Tx) -> None:
         await queue_store.queue_update_settings(
-            tx, SCOPE, "emails", paused=True, concurrency_limit=5, key_concurrency=2,
-            max_pending=100, now=later,
-        )  # fmt: skip
+            tx, SCOPE, "emails", QueueConfig(True, 5, 2, 100), later
+        )
 
     await db.run(configure)
 
@@ -105,9 +105,8 @@ async def test_pending_is_counted_only_into_an_existing_queue_within_its_quota(
         missing = await queue_store.queue_add_pending_within(tx, SCOPE, "emails", 1, clock.now())
         await queue_store.queue_ensure(tx, SCOPE, "emails", clock.now())
         await queue_store.queue_update_settings(
-            tx, SCOPE, "emails", paused=False, concurrency_limit=None, key_concurrency=1,
-            max_pending=3, now=clock.now(),
-        )  # fmt: skip
+            tx, SCOPE, "emails", QueueConfig(False, None, 1, 3), clock.now()
+        )
         within = await queue_store.queue_add_pending_within(tx, SCOPE, "emails", 3, clock.now())
         over = await queue_store.queue_add_pending_within(tx, SCOPE, "emails", 1, clock.now())
         queue = await queue_store.queue_get(tx, SCOPE, "emails")
@@ -123,9 +122,8 @@ async def test_a_claim_is_counted_only_within_the_concurrency_limit_of_an_open_q
 ) -> None:
     async def limit(tx: Tx, *, paused: bool) -> None:
         await queue_store.queue_update_settings(
-            tx, SCOPE, "emails", paused=paused, concurrency_limit=3, key_concurrency=1,
-            max_pending=None, now=clock.now(),
-        )  # fmt: skip
+            tx, SCOPE, "emails", QueueConfig(paused, 3, 1, None), clock.now()
+        )
 
     async def unit(tx: Tx) -> tuple[list[bool], tuple[int, int]]:
         await queue_store.queue_ensure(tx, SCOPE, "emails", clock.now())

@@ -23,10 +23,8 @@ HANDLERS = [{"queue": "emails", "type": "send", "versions": []},
 
 async def open_session(db: Database, clock: FakeClock, session_id: str, node: str) -> None:
     async def unit(tx: Tx) -> None:
-        await sstore.session_insert(
-            tx, session_id=session_id, scope=SCOPE, node=node, worker_id="w1", key_id="key_1",
-            capacity=4, handlers=HANDLERS, now=clock.now(),
-        )  # fmt: skip
+        session = sstore.NewSession(session_id, SCOPE, node, "w1", "key_1", 4, HANDLERS)
+        await sstore.session_insert(tx, session, clock.now())
 
     await db.run(unit)
 
@@ -78,10 +76,15 @@ async def test_a_lease_moves_to_a_new_session_only_while_it_holds(
     ref = lease.ref
 
     async def adopt(tx: Tx) -> bool:
-        return await task_store.task_adopt(
-            tx, ref.task_id, ref.attempt, ref.lease_token, session_id="ses_new", node="n2",
-            worker_id="w", now=clock.now(),
-        )  # fmt: skip
+        adoption = task_store.LeaseAdoption(
+            ref.task_id,
+            ref.attempt,
+            ref.lease_token,
+            session_id="ses_new",
+            node="n2",
+            worker_id="w",
+        )
+        return await task_store.task_adopt(tx, adoption, clock.now())
 
     assert await node.db.run(adopt)
     assert [h.task_id for h in await node.workers.session_leases("ses_new")] == [ref.task_id]

@@ -64,11 +64,11 @@ async def apply(tx: Tx, transitions: Sequence[Transition], now: datetime) -> Non
         if group:
             first = group[0]
             assert first.attempt is not None  # the same for all: the attempt succeeded
-            await task_store.tasks_succeed_many(
-                tx, [t.task.id for t in group], [t.result for t in group], now,
+            await task_store.tasks_succeed_many(tx, task_store.Successes(
+                [t.task.id for t in group], [t.result for t in group],
                 from_state=str(first.before), attempt_state=str(first.attempt.state),
                 cause=first.attempt.cause, starting=starting,
-            )  # fmt: skip
+            ), now)  # fmt: skip
     await _write_rows(tx, rest, now)
     await _end_attempts(tx, [t for t in rest if t.attempt is not None], now)
     await ready_store.ready_delete_many(tx, [t.task.id for t in rest if t.leaves_range])

@@ -271,16 +271,14 @@ class Claims:
         ids = [c.task_id for c in chosen]
         await ready_store.ready_delete_many(tx, ids)
         expires_at = now + self._lease
-        leased = await task_store.tasks_lease_many(
-            tx,
-            ids,
+        grant = task_store.LeaseGrant(
             lease_token=token,
             expires_at=expires_at,
             session_id=session.session_id,
             node=session.node,
             worker_id=session.worker_id,
-            now=now,
         )
+        leased = await task_store.tasks_lease_many(tx, ids, grant, now)
         # Only rows this claim really moved count (a row not pending any more is not leased).
         leased = [t for t in leased if t.state == TaskState.LEASED and t.lease_token == token]
         taken_per_key: dict[str, int] = defaultdict(int)

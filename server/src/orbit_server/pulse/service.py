@@ -570,18 +570,18 @@ class QueueService:
         async def unit(tx: Tx) -> QueueView:
             now = self._clock.now()
             queue = await queue_store.queue_lock_or_create(tx, scope, name, now)
-            settings: dict[str, Any] = {
-                "paused": queue.paused if change.paused is None else change.paused,
-                "concurrency_limit": None
+            config = queue_store.QueueConfig(
+                paused=queue.paused if change.paused is None else change.paused,
+                concurrency_limit=None
                 if change.clear_concurrency_limit
                 else change.concurrency_limit or queue.concurrency_limit,
-                "key_concurrency": change.key_concurrency or queue.key_concurrency,
-                "max_pending": None
+                key_concurrency=change.key_concurrency or queue.key_concurrency,
+                max_pending=None
                 if change.clear_max_pending
                 else change.max_pending or queue.max_pending,
-            }
-            await queue_store.queue_update_settings(tx, scope, name, now=now, **settings)
-            if settings["key_concurrency"] != queue.key_concurrency:
+            )
+            await queue_store.queue_update_settings(tx, scope, name, config, now)
+            if config.key_concurrency != queue.key_concurrency:
                 # Each waiting key admits as many tasks as its permits now allow (or fewer).
                 await admit_keys(
                     tx, scope, name, await task_store.queue_pending_keys(tx, scope, name), now
@@ -593,7 +593,7 @@ class QueueService:
                 action="queue.update",
                 target_kind="queue",
                 target_id=name,
-                details=settings,
+                details=dataclasses.asdict(config),
             )
             updated = await queue_store.queue_get(tx, scope, name)
             assert updated is not None

@@ -215,9 +215,8 @@ class WorkerService:
         """A leased task (locked, fenced, its gate checked) starts: the lease end and deadline."""
         decide(TaskState.LEASED, Event.START)
         expires_at, deadline = self._started_lease(now, task.timeout_ms)
-        await task_store.task_set_running(
-            tx, task.id, ref.attempt, ref.lease_token, expires_at, now, deadline_at=deadline
-        )
+        start = task_store.TaskStart(task.id, ref.attempt, ref.lease_token, expires_at, deadline)
+        await task_store.task_set_running(tx, start, now)
         await attempt_store.attempts_update_many(tx, [attempt_store.AttemptUpdate(
             task.id, ref.attempt, AttemptState.RUNNING, started_at=now,
             lease_expires_at=expires_at,

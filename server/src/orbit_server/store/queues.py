@@ -3,6 +3,7 @@ active work that the transactions moving its tasks keep (decisions 0003, 0009, 0
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from orbit_server.pulse.model import Queue
@@ -61,26 +62,28 @@ async def queue_list(tx: Tx, scope: Scope, *, limit: int, after: str = "") -> li
     return [queue_from_row(r) for r in rows]
 
 
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """Every setting of a queue, as ``queue_update_settings`` writes them."""
+
+    paused: bool
+    concurrency_limit: int | None  # None: no limit
+    key_concurrency: int
+    max_pending: int | None  # None: no quota
+
+
 async def queue_update_settings(
-    tx: Tx,
-    scope: Scope,
-    name: str,
-    *,
-    paused: bool,
-    concurrency_limit: int | None,
-    key_concurrency: int,
-    max_pending: int | None,
-    now: datetime,
+    tx: Tx, scope: Scope, name: str, config: QueueConfig, now: datetime
 ) -> None:
     await tx.execute(
         "queue_update_settings",
         {
             **scope_params(scope),
             "name": name,
-            "paused": int(paused),
-            "concurrency_limit": concurrency_limit,
-            "key_concurrency": key_concurrency,
-            "max_pending": max_pending,
+            "paused": int(config.paused),
+            "concurrency_limit": config.concurrency_limit,
+            "key_concurrency": config.key_concurrency,
+            "max_pending": config.max_pending,
             "now": now,
         },
     )

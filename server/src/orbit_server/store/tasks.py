@@ -383,16 +383,20 @@ async def tasks_reopen(tx: Tx, moves: Sequence[TaskMove], now: datetime) -> int:
 # -- leases and starts ------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseGrant:
+    """The lease ``tasks_lease_many`` gives a batch of pending tasks: one token and end, held
+    by one worker's session."""
+
+    lease_token: str
+    expires_at: datetime
+    session_id: str
+    node: str
+    worker_id: str
+
+
 async def tasks_lease_many(
-    tx: Tx,
-    task_ids: Sequence[str],
-    *,
-    lease_token: str,
-    expires_at: datetime,
-    session_id: str,
-    node: str,
-    worker_id: str,
-    now: datetime,
+    tx: Tx, task_ids: Sequence[str], grant: LeaseGrant, now: datetime
 ) -> list[Task]:
     """Lease pending tasks to a session (a new epoch each); answers the leased tasks."""
     if not task_ids:
@@ -401,63 +405,69 @@ async def tasks_lease_many(
         "tasks_lease_many",
         {
             "task_ids": list(task_ids),
-            "lease_token": lease_token,
-            "expires_at": expires_at,
-            "session_id": session_id,
-            "node": node,
-            "worker_id": worker_id,
+            "lease_token": grant.lease_token,
+            "expires_at": grant.expires_at,
+            "session_id": grant.session_id,
+            "node": grant.node,
+            "worker_id": grant.worker_id,
             "now": now,
         },
     )
     return await tasks_get_many(tx, task_ids)
 
 
-async def task_adopt(
-    tx: Tx,
-    task_id: str,
-    epoch: int,
-    token: str,
-    *,
-    session_id: str,
-    node: str,
-    worker_id: str,
-    now: datetime,
-) -> bool:
+@dataclass(frozen=True, slots=True)
+class LeaseAdoption:
+    """A held lease, fenced by its attempt and token, moving to the session a worker
+    reconnected with (``task_adopt``)."""
+
+    task_id: str
+    epoch: int
+    token: str
+    session_id: str
+    node: str
+    worker_id: str
+
+
+async def task_adopt(tx: Tx, adoption: LeaseAdoption, now: datetime) -> bool:
     """Move a lease that still holds to a new session (a reconnect); False when it does not."""
     changed = await tx.execute(
         "task_adopt",
         {
-            "id": task_id,
-            "epoch": epoch,
-            "token": token,
-            "session_id": session_id,
-            "node": node,
-            "worker_id": worker_id,
+            "id": adoption.task_id,
+            "epoch": adoption.epoch,
+            "token": adoption.token,
+            "session_id": adoption.session_id,
+            "node": adoption.node,
+            "worker_id": adoption.worker_id,
             "now": now,
         },
     )
     return changed == 1
 
 
-async def task_set_running(
-    tx: Tx,
-    task_id: str,
-    epoch: int,
-    token: str,
-    expires_at: datetime,
-    now: datetime,
-    *,
-    deadline_at: datetime,
-) -> bool:
-    """Start the attempt; its lease never reaches past ``deadline_at`` (start + timeout)."""
+@dataclass(frozen=True, slots=True)
+class TaskStart:
+    """A leased attempt's start (``task_set_running``), fenced by its attempt and token: its
+    lease runs to ``expires_at`` but never past ``deadline_at`` (start + timeout)."""
+
+    task_id: str
+    epoch: int
+    token: str
+    expires_at: datetime
+    deadline_at: datetime
+
+
+async def task_set_running(tx: Tx, start: TaskStart, now: datetime) -> bool:
+    """Start the attempt; False when the lease no longer holds the task leased."""
     changed = await tx.execute(
         "task_set_running",
         {
-            "id": task_id,
-            "epoch": epoch,
-            "token": token,
-            "expires_at": expires_at,
-            "deadline_at": deadline_at,
+            "id": start.task_id,
+            "epoch": start.epoch,
+            "token": start.token,
+            "expires_at": start.expires_at,
+            "deadline_at": start.deadline_at,
             "now": now,
         },
     )
@@ -491,36 +501,38 @@ async def tasks_renew_many(
         )
 
 
-async def tasks_succeed_many(
-    tx: Tx,
-    task_ids: Sequence[str],
-    results: Sequence[Any],
-    now: datetime,
-    *,
-    from_state: str,
-    attempt_state: str,
-    cause: str,
-    starting: bool = False,
-) -> None:
+@dataclass(frozen=True, slots=True)
+class Successes:
+    """Tasks that succeed together (``tasks_succeed_many``), each with its result: they leave
+    one state, and their attempts end one way."""
+
+    task_ids: Sequence[str]
+    results: Sequence[Any]  # one per task, in the same order
+    from_state: str
+    attempt_state: str
+    cause: str
+    starting: bool = False  # each report is its eager attempt's start as well (decision 0008)
+
+
+async def tasks_succeed_many(tx: Tx, successes: Successes, now: datetime) -> None:
     """Tasks in ``from_state`` (locked by the caller) to ``succeeded`` with their results and
     their attempts ended in ``attempt_state`` for ``cause``, each row's result-event counter
     advanced (the caller writes the events): a few statements for the whole batch (a result
-    other than ``None`` costs one more each). ``starting``: each report is its eager
-    attempt's start as well (decision 0008): the attempt is counted and marked started and
-    ended at once."""
-    if not task_ids:
+    other than ``None`` costs one more each). ``starting``: the attempt is counted and marked
+    started and ended at once."""
+    s = successes
+    if not s.task_ids:
         return
-    ids = list(task_ids)
+    ids = list(s.task_ids)
     await tx.execute(
         "tasks_succeed_many",
-        {"task_ids": ids, "now": now, "counted": int(starting),
-         "from_state": from_state},
-    )  # fmt: skip
-    for task_id, result in zip(ids, results, strict=True):
+        {"task_ids": ids, "now": now, "counted": int(s.starting), "from_state": s.from_state},
+    )
+    for task_id, result in zip(ids, s.results, strict=True):
         if result is not None:
             await tx.execute("task_result_set", {"id": task_id, "result": _json(result)})
-    end = attempts_start_and_end_many if starting else attempts_end_running_many
-    await end(tx, ids, attempt_state, cause, now)
+    end = attempts_start_and_end_many if s.starting else attempts_end_running_many
+    await end(tx, ids, s.attempt_state, s.cause, now)
 
 
 # -- promotion, cancel and result events ------------------------------------------------------
