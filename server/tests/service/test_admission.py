@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
-
 from orbit_server.clock import FakeClock
 from orbit_server.pulse.service import QueueSettings
 from orbit_server.pulse.states import Event
@@ -24,7 +22,6 @@ async def admitted(node: Node, key: str) -> set[str]:
     return await node.db.read(lambda tx: ready_store.ready_of_keys(tx, SCOPE, "emails", [key]))
 
 
-@pytest.mark.covers("ready_of_keys", "keys_head_pending", "ready_insert_tasks")
 async def test_a_busy_key_keeps_its_backlog_out_of_the_claim_range(node: Node) -> None:
     first = await submit(node, 1, concurrency_key="big")
     backlog = await submit(node, DEEP_SCAN + 500, concurrency_key="big")
@@ -119,7 +116,6 @@ async def test_a_retry_waits_outside_and_its_key_admits_the_next(
     assert await admitted(node, "k") == {first}
 
 
-@pytest.mark.covers("queue_pending_keys")
 async def test_raising_and_lowering_key_concurrency_readmits_waiting_keys(node: Node) -> None:
     await submit(node, 5, concurrency_key="a")
     await submit(node, 5, concurrency_key="b")
@@ -131,7 +127,6 @@ async def test_raising_and_lowering_key_concurrency_readmits_waiting_keys(node: 
     assert await claim(node) == []
 
 
-@pytest.mark.covers("gate_pending_keys")
 async def test_a_closed_gate_does_not_hold_up_the_rest_of_its_key(node: Node) -> None:
     gate = await node.gates.create(SCOPE)
     [gated] = await submit(node, 1, concurrency_key="k", gate_id=gate)
@@ -154,7 +149,6 @@ async def test_rows_pinned_to_another_version_do_not_fill_the_claim(node: Node) 
     assert {lease.task.id for lease in leases} == {pinned, any_version}
 
 
-@pytest.mark.covers("key_permits_prune")
 async def test_permit_rows_of_idle_keys_are_pruned_and_come_back_when_needed(
     node: Node, clock: FakeClock
 ) -> None:
@@ -181,7 +175,6 @@ async def test_permit_rows_of_idle_keys_are_pruned_and_come_back_when_needed(
     assert await node.db.read(permits) == 1
 
 
-@pytest.mark.covers("keys_admission")
 async def test_admission_reads_each_keys_permits_head_and_range_in_one_statement(
     node: Node,
 ) -> None:

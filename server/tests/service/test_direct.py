@@ -62,7 +62,6 @@ async def ready_ids(node: Node) -> list[str]:
     return [c.task_id for c in rows]
 
 
-@pytest.mark.covers("task_insert_leased", "queue_take_direct")
 async def test_a_lone_task_goes_to_the_idle_worker_in_its_submit(
     node: Node, direct: OneSlot
 ) -> None:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-import pytest
-
 from orbit_server.bootstrap import build_node
 from orbit_server.clock import FakeClock
 from orbit_server.config import Settings
@@ -20,7 +18,6 @@ from tests.conftest import SCOPE
 from tests.service.test_worker import claim, submit
 
 
-@pytest.mark.covers("tasks_in_states")
 async def test_a_task_settled_elsewhere_wakes_the_waiters_here(
     node: Node, db: Database, settings: Settings, clock: FakeClock
 ) -> None:

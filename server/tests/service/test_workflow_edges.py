@@ -110,7 +110,6 @@ async def test_a_map_item_succeeding_and_one_failing_in_one_pass_follow_on_failu
     assert await work(node) == []  # no item started for the failed map
 
 
-@pytest.mark.covers("workflow_step_set_items")
 async def test_a_map_begun_after_the_work_cap_keeps_its_items(node: Node) -> None:
     chain = [{"id": f"c{i}", "kind": "choice", "default": f"c{i + 1}" if i < 99 else "each",
               "choices": [{"when": "false", "next": "each"}]} for i in range(100)]  # fmt: skip
@@ -155,7 +154,6 @@ async def test_a_signal_timing_out_in_a_branch_fails_the_parallel_to_its_on_fail
     assert rows["cleanup"].state == "running" and rows["b1"].state == "cancelled"
 
 
-@pytest.mark.covers("workflow_steps_unfollowed")
 async def test_resume_does_not_follow_a_branch_of_a_parallel_that_failed_meanwhile(
     node: Node,
 ) -> None:
