@@ -21,7 +21,9 @@ from orbit_server.pulse.model import TaskSpec, new_task
 from orbit_server.pulse.worker import Session, Want, WorkerService
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx, open_database
-from orbit_server.store import pulse as store
+from orbit_server.store import claim_range as ready_store
+from orbit_server.store import queues as queue_store
+from orbit_server.store import tasks as task_store
 from orbit_server.store.migrate import migrate
 
 SCOPE = Scope("bench", "bench")
@@ -55,10 +57,12 @@ async def seed(db: Database, count: int) -> float:
         ]
 
         async def unit(tx: Tx, tasks: list[Any] = tasks, now: datetime = now) -> None:
-            await store.queue_ensure(tx, SCOPE, "bench", now)
-            await tx.execute_many("task_insert", [store.task_insert_params(t) for t in tasks])
-            await tx.execute_many("task_ready_insert", [store.task_ready_params(t) for t in tasks])
-            await store.queue_add_counts(tx, SCOPE, "bench", pending=len(tasks), now=now)
+            await queue_store.queue_ensure(tx, SCOPE, "bench", now)
+            await tx.execute_many("task_insert", [task_store.task_insert_params(t) for t in tasks])
+            await tx.execute_many(
+                "task_ready_insert", [ready_store.task_ready_params(t) for t in tasks]
+            )
+            await queue_store.queue_add_counts(tx, SCOPE, "bench", pending=len(tasks), now=now)
 
         await db.run(unit, timeout_s=600)
         done += size

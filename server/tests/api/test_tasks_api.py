@@ -10,7 +10,9 @@ import pytest
 
 from orbit_server.governance.keys import Role
 from orbit_server.runtime.node import Node
-from orbit_server.store import pulse as store
+from orbit_server.store import claim_range as ready_store
+from orbit_server.store import queues as queue_store
+from orbit_server.store import task_events as event_store
 from tests.api.test_error_contract import assert_error
 from tests.conftest import OTHER_TENANT, SCOPE, bearer, make_key
 
@@ -93,7 +95,7 @@ async def test_concurrent_submissions_of_one_key_create_one_task(
     assert len({r.json()["id"] for r in responses}) == 1
     listed = (await http.get("/v1/tasks", headers=submitter)).json()["items"]
     assert len(listed) == 1
-    queue = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "emails"))
+    queue = await node.db.read(lambda tx: queue_store.queue_get(tx, SCOPE, "emails"))
     assert queue is not None and queue.pending == 1  # counted once
 
 
@@ -236,11 +238,11 @@ async def test_cancel_pending_and_scheduled_at_once(
         assert body["cancel_reason"] == "not needed"
     again = await http.post(f"/v1/tasks/{pending['id']}/cancel", headers=submitter)
     assert again.status_code == 200 and again.json()["state"] == "cancelled"  # idempotent
-    queue = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "emails"))
+    queue = await node.db.read(lambda tx: queue_store.queue_get(tx, SCOPE, "emails"))
     assert queue is not None and queue.pending == 0  # permits and counters given back
-    oldest = await node.db.read(lambda tx: store.queue_oldest_ready_at(tx, SCOPE, "emails"))
+    oldest = await node.db.read(lambda tx: ready_store.queue_oldest_ready_at(tx, SCOPE, "emails"))
     assert oldest is None  # out of the claim range
-    events = await node.db.read(lambda tx: store.task_event_list_pending(tx, limit=10))
+    events = await node.db.read(lambda tx: event_store.task_event_list_pending(tx, limit=10))
     assert {(e.task_id, e.state) for e in events} == {
         (pending["id"], "cancelled"),
         (scheduled["id"], "cancelled"),

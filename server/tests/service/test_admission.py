@@ -6,25 +6,22 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
-
 from orbit_server.clock import FakeClock
 from orbit_server.pulse.service import QueueSettings
 from orbit_server.pulse.states import Event
 from orbit_server.pulse.worker import DEEP_SCAN, Outcome, Report, StartVerdict
 from orbit_server.runtime.node import Node
 from orbit_server.store import Tx
-from orbit_server.store import leases as lstore
-from orbit_server.store import pulse as store
+from orbit_server.store import claim_range as ready_store
+from orbit_server.store import permits as permit_store
 from tests.conftest import SCOPE
 from tests.service.test_worker import ACTOR, BOB, claim, submit
 
 
 async def admitted(node: Node, key: str) -> set[str]:
-    return await node.db.read(lambda tx: lstore.ready_of_keys(tx, SCOPE, "emails", [key]))
+    return await node.db.read(lambda tx: ready_store.ready_of_keys(tx, SCOPE, "emails", [key]))
 
 
-@pytest.mark.covers("ready_of_keys", "keys_head_pending", "ready_insert_tasks")
 async def test_a_busy_key_keeps_its_backlog_out_of_the_claim_range(node: Node) -> None:
     first = await submit(node, 1, concurrency_key="big")
     backlog = await submit(node, DEEP_SCAN + 500, concurrency_key="big")
@@ -45,14 +42,14 @@ async def test_a_busy_key_keeps_its_backlog_out_of_the_claim_range(node: Node) -
 
 async def test_heads_of_many_keys_come_in_claim_order_with_their_own_limits(node: Node) -> None:
     """More keys than one statement reads: each key answers its own first tasks."""
-    keys = [f"k{i:03}" for i in range(lstore.HEADS_PER_STATEMENT + 30)]
+    keys = [f"k{i:03}" for i in range(permit_store.HEADS_PER_STATEMENT + 30)]
     for key in keys:
         await submit(node, 3, concurrency_key=key)
     [urgent] = await submit(node, 1, concurrency_key="k000", priority=9)
     limits = {key: i % 3 for i, key in enumerate(keys)}  # 0, 1 or 2 tasks per key
 
     async def unit(tx: Tx) -> dict[str, list[str]]:
-        return await lstore.keys_head_pending(tx, SCOPE, "emails", limits)
+        return await permit_store.keys_head_pending(tx, SCOPE, "emails", limits)
 
     heads = await node.db.read(unit)
     assert {key: len(ids) for key, ids in heads.items()} == limits
@@ -63,7 +60,9 @@ async def test_heads_of_many_keys_come_in_claim_order_with_their_own_limits(node
         assert all(listed[i].concurrency_key == key for i in ids)
         assert ids == sorted(ids)  # claim order within a key: same priority and time, by id
     assert urgent not in heads["k000"]  # k000's limit is 0
-    more = await node.db.read(lambda tx: lstore.keys_head_pending(tx, SCOPE, "emails", {"k000": 1}))
+    more = await node.db.read(
+        lambda tx: permit_store.keys_head_pending(tx, SCOPE, "emails", {"k000": 1})
+    )
     assert more == {"k000": [urgent]}  # the more urgent task heads its key
 
 
@@ -117,7 +116,6 @@ async def test_a_retry_waits_outside_and_its_key_admits_the_next(
     assert await admitted(node, "k") == {first}
 
 
-@pytest.mark.covers("queue_pending_keys")
 async def test_raising_and_lowering_key_concurrency_readmits_waiting_keys(node: Node) -> None:
     await submit(node, 5, concurrency_key="a")
     await submit(node, 5, concurrency_key="b")
@@ -129,7 +127,6 @@ async def test_raising_and_lowering_key_concurrency_readmits_waiting_keys(node: 
     assert await claim(node) == []
 
 
-@pytest.mark.covers("gate_pending_keys")
 async def test_a_closed_gate_does_not_hold_up_the_rest_of_its_key(node: Node) -> None:
     gate = await node.gates.create(SCOPE)
     [gated] = await submit(node, 1, concurrency_key="k", gate_id=gate)
@@ -152,7 +149,6 @@ async def test_rows_pinned_to_another_version_do_not_fill_the_claim(node: Node) 
     assert {lease.task.id for lease in leases} == {pinned, any_version}
 
 
-@pytest.mark.covers("key_permits_prune")
 async def test_permit_rows_of_idle_keys_are_pruned_and_come_back_when_needed(
     node: Node, clock: FakeClock
 ) -> None:
@@ -164,7 +160,7 @@ async def test_permit_rows_of_idle_keys_are_pruned_and_come_back_when_needed(
     await node.tasks.prune_finished(7 * 86_400_000)
 
     async def permits(tx: Tx) -> int:
-        return await store.key_permit_active(tx, SCOPE, "emails", "old")
+        return await permit_store.key_permit_active(tx, SCOPE, "emails", "old")
 
     async def exists(tx: Tx) -> bool:
         return await tx.fetch_one(
@@ -179,7 +175,6 @@ async def test_permit_rows_of_idle_keys_are_pruned_and_come_back_when_needed(
     assert await node.db.read(permits) == 1
 
 
-@pytest.mark.covers("keys_admission")
 async def test_admission_reads_each_keys_permits_head_and_range_in_one_statement(
     node: Node,
 ) -> None:
@@ -192,22 +187,26 @@ async def test_admission_reads_each_keys_permits_head_and_range_in_one_statement
     later = await submit(node, 1, concurrency_key="a")
     [solo] = await submit(node, 1, concurrency_key="b")
 
-    async def read(keys: list[str]) -> dict[str, lstore.KeyAdmission]:
-        return await node.db.read(lambda tx: lstore.keys_admission(tx, SCOPE, "emails", keys))
+    async def read(keys: list[str]) -> dict[str, permit_store.KeyAdmission]:
+        return await node.db.read(lambda tx: permit_store.keys_admission(tx, SCOPE, "emails", keys))
 
     states = await read(["a", "b", "none"])
     assert set(states) == {"a", "b"}  # a key without a permit row is left out
-    assert states["a"] == lstore.KeyAdmission(
+    assert states["a"] == permit_store.KeyAdmission(
         free=1, head=first[0], admitted=1, admitted_first=first[0]
     )
-    assert states["b"] == lstore.KeyAdmission(free=1, head=solo, admitted=1, admitted_first=solo)
+    assert states["b"] == permit_store.KeyAdmission(
+        free=1, head=solo, admitted=1, admitted_first=solo
+    )
     leases = await claim(node, free=10)
     assert {lease.task.id for lease in leases} == {first[0], solo}
     states = await read(["a", "b"])
-    assert states["a"] == lstore.KeyAdmission(
+    assert states["a"] == permit_store.KeyAdmission(
         free=0, head=later[0], admitted=0, admitted_first=None
     )  # the gated task of higher priority is passed over while its gate is closed
-    assert states["b"] == lstore.KeyAdmission(free=0, head=None, admitted=0, admitted_first=None)
+    assert states["b"] == permit_store.KeyAdmission(
+        free=0, head=None, admitted=0, admitted_first=None
+    )
 
 
 async def test_results_of_one_batch_admit_each_keys_next_tasks(node: Node) -> None:
@@ -232,6 +231,8 @@ async def test_results_of_one_batch_admit_each_keys_next_tasks(node: Node) -> No
     assert await admitted(node, "many") == {many[3]}  # one permit came back
     assert await admitted(node, "one") == set(one[1:4])  # all three free again
     permits = await node.db.run(
-        lambda tx: lstore.key_permits_lock(tx, SCOPE, "emails", ["many", "one"], node.clock.now())
+        lambda tx: permit_store.key_permits_lock(
+            tx, SCOPE, "emails", ["many", "one"], node.clock.now()
+        )
     )
     assert permits == {"many": 2, "one": 0}

@@ -9,7 +9,8 @@ from orbit_server.pulse.model import TaskSpec
 from orbit_server.pulse.states import Event
 from orbit_server.pulse.worker import Outcome, Report, Want
 from orbit_server.runtime.node import Node
-from orbit_server.store import pulse as store
+from orbit_server.store import queues as queue_store
+from orbit_server.store import task_events as event_store
 from tests.conftest import SCOPE
 from tests.service.test_worker import ACTOR, ALICE
 
@@ -41,9 +42,9 @@ async def test_a_batch_of_successes_across_queues_and_keys_settles_everything(
         [attempt] = await node.tasks.attempts(SCOPE, lease.task.id)
         assert (attempt.state, attempt.cause) == ("succeeded", "completed")
     for name, active in (("a", 0), ("b", 0)):
-        queue = await node.db.read(lambda tx, name=name: store.queue_get(tx, SCOPE, name))
+        queue = await node.db.read(lambda tx, name=name: queue_store.queue_get(tx, SCOPE, name))
         assert queue is not None and queue.active == active
-    events = await node.db.read(lambda tx: store.task_event_list_pending(tx, limit=10))
+    events = await node.db.read(lambda tx: event_store.task_event_list_pending(tx, limit=10))
     assert Counter((e.state, e.seq) for e in events) == Counter({("succeeded", 1): 3})
     # k's permit came back, so its waiting task was admitted and can be claimed now.
     [next_lease] = await node.workers.claim(SCOPE, ALICE, [Want("a", "t", 10)], limit=10)

@@ -13,8 +13,8 @@ from orbit_server.pulse.service import QueueSettings
 from orbit_server.pulse.worker import Lease, Session, Want
 from orbit_server.runtime.node import Node
 from orbit_server.scope import Scope
-from orbit_server.store import leases as lstore
-from orbit_server.store import pulse as store
+from orbit_server.store import claim_range as ready_store
+from orbit_server.store import queues as queue_store
 from tests.conftest import SCOPE
 
 SESSION = Session("ses_direct", "node-1", "worker-1")
@@ -56,11 +56,12 @@ async def direct(node: Node) -> OneSlot:
 
 
 async def ready_ids(node: Node) -> list[str]:
-    rows = await node.db.read(lambda tx: lstore.ready_candidates(tx, SCOPE, "q", "t", limit=10))
+    rows = await node.db.read(
+        lambda tx: ready_store.ready_candidates(tx, SCOPE, "q", "t", limit=10)
+    )
     return [c.task_id for c in rows]
 
 
-@pytest.mark.covers("task_insert_leased", "queue_take_direct")
 async def test_a_lone_task_goes_to_the_idle_worker_in_its_submit(
     node: Node, direct: OneSlot
 ) -> None:
@@ -74,7 +75,7 @@ async def test_a_lone_task_goes_to_the_idle_worker_in_its_submit(
     [attempt] = await node.tasks.attempts(SCOPE, task.id)
     assert (attempt.number, attempt.state, attempt.session_id) == (1, "leased", "ses_direct")
     assert await ready_ids(node) == []  # it never entered the claim range
-    queue = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
+    queue = await node.db.read(lambda tx: queue_store.queue_get(tx, SCOPE, "q"))
     assert queue is not None and (queue.pending, queue.active) == (1, 1)  # 1: type other
     # The lease holds like any other: its worker starts and completes it.
     assert str(await node.workers.start(lease.ref)) == "started"
@@ -94,7 +95,7 @@ async def test_a_task_of_a_type_with_waiting_work_queues_behind_it(
     assert newer.task.state == "pending" and direct.slot.delivered == []
     assert direct.slot.given_back == 1  # tried, rolled back, submitted as usual
     assert await ready_ids(node) == [older, newer.task.id]
-    queue = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
+    queue = await node.db.read(lambda tx: queue_store.queue_get(tx, SCOPE, "q"))
     assert queue is not None and (queue.pending, queue.active) == (3, 0)
 
 

@@ -15,7 +15,8 @@ from orbit_server.pulse.states import SideEffect
 from orbit_server.pulse.worker import Outcome, Session, Want, WorkerService
 from orbit_server.runtime.node import Node
 from orbit_server.store import Database, Tx
-from orbit_server.store import pulse as store
+from orbit_server.store import queues as queue_store
+from orbit_server.store import task_events as event_store
 from orbit_server.store.base import T, TransientConflict, Unit
 from tests.conftest import SCOPE
 from tests.support.wrapped_database import WrappedDatabase
@@ -56,7 +57,7 @@ def faulty(node: Node) -> tuple[FaultyDatabase, WorkerService]:
 
 
 async def events(node: Node) -> Counter[str]:
-    found = await node.db.read(lambda tx: store.task_event_list_pending(tx, limit=100))
+    found = await node.db.read(lambda tx: event_store.task_event_list_pending(tx, limit=100))
     return Counter(e.state for e in found)
 
 
@@ -91,7 +92,7 @@ async def test_conflicts_mid_unit_retry_the_whole_unit(
     before = db.attempts
     assert await workers.complete(lease.ref, "done") is Outcome.ACCEPTED
     assert db.attempts - before == 3  # two rolled-back attempts, then the whole unit again
-    q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
+    q = await node.db.read(lambda tx: queue_store.queue_get(tx, SCOPE, "q"))
     assert q is not None and q.active == 0  # released once, not three times
     assert await events(node) == Counter({"succeeded": 1})
 

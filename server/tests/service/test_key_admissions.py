@@ -14,13 +14,13 @@ from orbit_server.pulse import admission
 from orbit_server.runtime.node import Node
 from orbit_server.store import Tx
 from orbit_server.store import admissions as astore
-from orbit_server.store import leases as lstore
+from orbit_server.store import claim_range as ready_store
 from tests.conftest import SCOPE
 from tests.service.test_worker import claim, spec, submit
 
 
 async def admitted(node: Node, keys: list[str]) -> set[str]:
-    return await node.db.read(lambda tx: lstore.ready_of_keys(tx, SCOPE, "emails", keys))
+    return await node.db.read(lambda tx: ready_store.ready_of_keys(tx, SCOPE, "emails", keys))
 
 
 async def notes(node: Node, clock: FakeClock) -> list[astore.AdmissionNote]:
@@ -28,7 +28,6 @@ async def notes(node: Node, clock: FakeClock) -> list[astore.AdmissionNote]:
     return await node.db.read(lambda tx: astore.admission_notes_older(tx, later, limit=100))
 
 
-@pytest.mark.covers("admission_note_insert", "admission_note_delete", "key_permits_lock_free")
 @pytest.mark.parametrize("deferred", [True, False])
 async def test_a_submit_of_many_keys_admits_each_keys_first_task(
     node: Node, clock: FakeClock, deferred: bool
@@ -47,7 +46,6 @@ async def test_a_submit_of_many_keys_admits_each_keys_first_task(
     assert {lease.task.id for lease in leases} == {firsts[key] for key in keys}
 
 
-@pytest.mark.covers("admission_notes_older")
 async def test_keys_a_submit_could_not_admit_are_admitted_by_recovery(
     node: Node, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

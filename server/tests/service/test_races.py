@@ -17,8 +17,11 @@ from orbit_server.pulse.service import QueueSettings
 from orbit_server.pulse.worker import ClaimRequest, Lease, Session, StartVerdict, Want
 from orbit_server.runtime.node import Node
 from orbit_server.store import Tx
-from orbit_server.store import leases as lstore
-from orbit_server.store import pulse as store
+from orbit_server.store import claim_range as ready_store
+from orbit_server.store import gates as gate_store
+from orbit_server.store import permits as permit_store
+from orbit_server.store import queues as queue_store
+from orbit_server.store import tasks as task_store
 from tests.conftest import SCOPE
 from tests.store.test_backends import wait_for_lock_waiters
 
@@ -45,7 +48,7 @@ async def test_overlapping_claimers_skip_each_others_rows(node: Node) -> None:
     both_selected = asyncio.Barrier(2)
 
     async def hold_candidates(tx: Tx) -> set[str]:
-        rows = await lstore.ready_candidates(tx, SCOPE, "q", "t", limit=5)
+        rows = await ready_store.ready_candidates(tx, SCOPE, "q", "t", limit=5)
         await both_selected.wait()  # both transactions hold their locks at the same time
         return {r.task_id for r in rows}
 
@@ -58,8 +61,8 @@ async def test_a_claim_and_a_submit_to_one_queue_both_go_through(node: Node) -> 
     claimed, release = asyncio.Event(), asyncio.Event()
 
     async def slow_claim(tx: Tx) -> int:
-        rows = await lstore.ready_candidates(tx, SCOPE, "q", "t", limit=5)
-        await store.queue_get(tx, SCOPE, "q", lock=True)
+        rows = await ready_store.ready_candidates(tx, SCOPE, "q", "t", limit=5)
+        await queue_store.queue_get(tx, SCOPE, "q", lock=True)
         claimed.set()
         await release.wait()
         return len(rows)
@@ -71,7 +74,7 @@ async def test_a_claim_and_a_submit_to_one_queue_both_go_through(node: Node) -> 
     release.set()
     assert await claiming == 5
     await submitting  # no lock wait timeout: it went through once the claim committed
-    q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
+    q = await node.db.read(lambda tx: queue_store.queue_get(tx, SCOPE, "q"))
     assert q is not None and q.pending == 6
 
 
@@ -82,7 +85,7 @@ async def test_the_queue_limit_holds_against_concurrent_claims(node: Node) -> No
         *(node.workers.claim(SCOPE, s, [Want("q", "t", 10)], limit=10) for s in sessions(5))
     )
     assert sum(len(b) for b in batches) == 3
-    q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
+    q = await node.db.read(lambda tx: queue_store.queue_get(tx, SCOPE, "q"))
     assert q is not None and q.active == 3
 
 
@@ -129,7 +132,7 @@ async def test_a_claim_waits_for_the_permits_of_a_claim_in_flight(node: Node, li
         assert await b == []  # while A has not committed
     release.set()
     assert await a == 2 and await b == []
-    q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
+    q = await node.db.read(lambda tx: queue_store.queue_get(tx, SCOPE, "q"))
     assert q is not None and (q.active, q.pending) == (2, 8)
 
 
@@ -159,7 +162,7 @@ async def test_a_claim_counts_with_the_room_results_in_flight_free(
     holding, release = asyncio.Event(), asyncio.Event()
 
     async def results_in_flight(tx: Tx) -> None:  # what a result batch does to the queue row
-        await store.queue_add_counts(tx, SCOPE, "q", active=-2, now=node.clock.now())
+        await queue_store.queue_add_counts(tx, SCOPE, "q", active=-2, now=node.clock.now())
         holding.set()
         await release.wait()
         if results == "roll back":
@@ -179,7 +182,7 @@ async def test_a_claim_counts_with_the_room_results_in_flight_free(
         await batch
     claims.results_ended(ended)
     leases = await claim
-    q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
+    q = await node.db.read(lambda tx: queue_store.queue_get(tx, SCOPE, "q"))
     assert q is not None and q.active == 2
     if results == "commit":
         assert len(leases) == 2 and asked == [2]  # counted at once, not run again
@@ -225,7 +228,7 @@ async def test_a_claim_plans_without_the_room_a_claim_of_its_node_is_taking(
     room.end()
     assert len(await b) == 1
     assert asked == [2, 1]  # B planned with the room A was taking, once
-    q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
+    q = await node.db.read(lambda tx: queue_store.queue_get(tx, SCOPE, "q"))
     assert q is not None and (q.active, q.pending) == (3, 7)
 
 
@@ -252,7 +255,7 @@ async def test_a_claim_for_several_connections_waits_for_no_result_once_it_has_c
     finally:
         claims.results_ended(ended)
     assert [len(leases) for leases in got] == [1, 0]
-    q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
+    q = await node.db.read(lambda tx: queue_store.queue_get(tx, SCOPE, "q"))
     assert q is not None and q.active == 2
 
 
@@ -262,7 +265,7 @@ async def test_once_a_gate_close_commits_no_claim_or_start_succeeds(node: Node) 
     reading, release = asyncio.Event(), asyncio.Event()
 
     async def claim_holding_the_gate(tx: Tx) -> dict[str, bool]:
-        seen = await lstore.gates_open(tx, [gate])
+        seen = await gate_store.gates_open(tx, [gate])
         reading.set()
         await release.wait()
         return seen
@@ -299,14 +302,14 @@ async def test_a_stale_holder_racing_the_new_holder_changes_nothing(node: Node) 
     [new] = await node.workers.claim(SCOPE, bob, [Want("q", "t", 1)], limit=1)
     results = await asyncio.gather(node.workers.start(old.ref), node.workers.start(new.ref))
     assert results == [StartVerdict.STALE, StartVerdict.STARTED]
-    q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
+    q = await node.db.read(lambda tx: queue_store.queue_get(tx, SCOPE, "q"))
     assert q is not None and (q.active, q.pending) == (1, 0)
 
 
 async def test_concurrent_submits_into_one_queue_all_go_through(node: Node) -> None:
     await submit(node, 1)  # the queue row exists
     await asyncio.gather(*(submit(node, 1) for _ in range(24)))
-    q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
+    q = await node.db.read(lambda tx: queue_store.queue_get(tx, SCOPE, "q"))
     assert q is not None and q.pending == 25
 
 
@@ -318,8 +321,8 @@ async def test_cancel_racing_claims_keeps_the_counters_exact(node: Node) -> None
     claims = [node.workers.claim(SCOPE, s, [Want("q", "t", 10)], limit=10) for s in sessions(3)]
     cancels = [node.tasks.cancel(SCOPE, i, reason=None, actor=ACTOR) for i in ids[:20]]
     await asyncio.gather(*claims, *cancels)
-    q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
-    counts = await node.db.read(lambda tx: store.queue_state_counts(tx, SCOPE, "q"))
+    q = await node.db.read(lambda tx: queue_store.queue_get(tx, SCOPE, "q"))
+    counts = await node.db.read(lambda tx: task_store.queue_state_counts(tx, SCOPE, "q"))
     assert q is not None
     assert q.pending == counts.get("pending", 0) + counts.get("scheduled", 0)
     assert q.active == counts.get("leased", 0) + counts.get("running", 0)
@@ -346,7 +349,7 @@ async def test_a_stale_and_a_new_holder_complete_at_once(node: Node) -> None:
     assert results == [Outcome.STALE, Outcome.ACCEPTED]
     task = await node.tasks.get(SCOPE, new.task.id)
     assert (task.state, task.result) == ("succeeded", "fresh")
-    q = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "q"))
+    q = await node.db.read(lambda tx: queue_store.queue_get(tx, SCOPE, "q"))
     assert q is not None and (q.active, q.pending) == (0, 0)
 
 
@@ -356,7 +359,7 @@ async def test_a_gate_close_waits_for_a_claim_in_flight_then_stops_its_starts(
     gate = await node.gates.create(SCOPE)
     await submit(node, 3, gate_id=gate)
     read_gate, release = asyncio.Event(), asyncio.Event()
-    real_gates_open = lstore.gates_open
+    real_gates_open = gate_store.gates_open
 
     async def gates_open_then_hold(tx: Tx, gate_ids: list[str]) -> dict[str, bool]:
         seen = await real_gates_open(tx, gate_ids)
@@ -364,7 +367,7 @@ async def test_a_gate_close_waits_for_a_claim_in_flight_then_stops_its_starts(
         await release.wait()  # the real claim pauses here, holding the gate's shared lock
         return seen
 
-    monkeypatch.setattr(lstore, "gates_open", gates_open_then_hold)
+    monkeypatch.setattr(gate_store, "gates_open", gates_open_then_hold)
     claiming = asyncio.create_task(
         node.workers.claim(SCOPE, sessions(1)[0], [Want("q", "t", 3)], limit=3)
     )
@@ -373,7 +376,7 @@ async def test_a_gate_close_waits_for_a_claim_in_flight_then_stops_its_starts(
     await wait_for_lock_waiters(node.db, 1)  # the close waits for the claim
     release.set()
     leases = await claiming
-    monkeypatch.setattr(lstore, "gates_open", real_gates_open)
+    monkeypatch.setattr(gate_store, "gates_open", real_gates_open)
     await closing
     assert len(leases) == 3  # decided before the close committed
     verdicts = [await node.workers.start(lease.ref) for lease in leases]
@@ -392,7 +395,7 @@ async def test_a_deferred_admission_passes_over_a_key_held_then_admits_it(node: 
     holding, release = asyncio.Event(), asyncio.Event()
 
     async def result_in_flight(tx: Tx) -> None:
-        await store.key_permits_add_many(tx, SCOPE, "q", {"a": -1}, node.clock.now())
+        await permit_store.key_permits_add_many(tx, SCOPE, "q", {"a": -1}, node.clock.now())
         holding.set()
         await release.wait()
 
@@ -401,11 +404,15 @@ async def test_a_deferred_admission_passes_over_a_key_held_then_admits_it(node: 
     specs = [TaskSpec(queue="q", type="t", concurrency_key=key) for key in ("a", "b", "c")]
     submitting = asyncio.create_task(node.tasks.submit_many(SCOPE, specs))
     await wait_for_lock_waiters(node.db, 1)  # its last pass waits for a's permit row
-    ready = await node.db.read(lambda tx: lstore.ready_of_keys(tx, SCOPE, "q", ["a", "b", "c"]))
+    ready = await node.db.read(
+        lambda tx: ready_store.ready_of_keys(tx, SCOPE, "q", ["a", "b", "c"])
+    )
     assert len(ready) == 2  # b and c, admitted before the wait
     release.set()
     await result
     done = await submitting
-    ready = await node.db.read(lambda tx: lstore.ready_of_keys(tx, SCOPE, "q", ["a", "b", "c"]))
+    ready = await node.db.read(
+        lambda tx: ready_store.ready_of_keys(tx, SCOPE, "q", ["a", "b", "c"])
+    )
     assert ready == {s.task.id for s in done}
     assert lease.task.concurrency_key == "a"

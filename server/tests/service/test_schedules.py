@@ -79,10 +79,6 @@ def offsets(fires: list[FireEntry], outcome: str) -> list[float]:
     return [(f.fire_at - START).total_seconds() for f in fires if f.outcome == outcome]
 
 
-@pytest.mark.covers(
-    "schedule_insert", "schedule_get", "schedules_due_lock", "schedules_advance", "fires_insert",
-    "fires_newest", "schedules_due_times",
-)  # fmt: skip
 async def test_an_interval_schedule_fires_each_slot_once_with_its_task(
     node: Node, clock: FakeClock
 ) -> None:
@@ -191,7 +187,6 @@ async def test_overlap_allow_fires_whatever_runs(node: Node, clock: FakeClock) -
     assert offsets(await ledger(node, "tick"), "fired") == [1, 2, 3]
 
 
-@pytest.mark.covers("fire_update", "tasks_in_states")
 async def test_overlap_queue_one_keeps_one_slot_until_the_previous_task_settles(
     node: Node, clock: FakeClock
 ) -> None:
@@ -301,7 +296,6 @@ async def test_a_cron_schedule_fires_at_the_end_of_the_spring_gap(
     assert [f.fire_at for f in fires if f.outcome == "fired"] == view.preview[:2]
 
 
-@pytest.mark.covers("backfill_insert", "backfills_running_lock", "backfill_update", "fires_between")
 async def test_a_backfill_fires_slots_without_a_task_in_budgeted_passes_once(
     node: Node, clock: FakeClock
 ) -> None:
@@ -342,7 +336,6 @@ async def test_a_backfill_refuses_the_future_and_an_empty_range(
         await node.schedules.backfill(SCOPE, "tick", START, START, actor=ACTOR)
 
 
-@pytest.mark.covers("schedule_update", "schedule_lock_by_id", "fires_last_planned")
 async def test_a_change_is_a_new_audited_version_and_replans_from_now(
     node: Node, clock: FakeClock
 ) -> None:
@@ -375,7 +368,6 @@ async def test_a_change_is_a_new_audited_version_and_replans_from_now(
         )
 
 
-@pytest.mark.covers("schedule_delete", "schedules_list", "backfill_get", "backfills_of")
 async def test_delete_keeps_the_ledger_and_stops_backfills(
     node: Node, db: Database, clock: FakeClock
 ) -> None:
@@ -407,7 +399,6 @@ async def test_create_is_idempotent_for_the_same_definition_only(node: Node) -> 
         await node.schedules.create(SCOPE, "tick", every(2), paused=False, actor=ACTOR)
 
 
-@pytest.mark.covers("fires_prune")
 async def test_retention_forgets_old_ledger_rows(node: Node, clock: FakeClock) -> None:
     await create(node, "hourly", every(3600))
     clock.advance(timedelta(hours=1))
@@ -568,7 +559,6 @@ async def test_creating_again_after_a_pause_answers_the_schedule(node: Node) -> 
     assert (again.id, again.paused, created) == (first, True, False)
 
 
-@pytest.mark.covers("fires_newest_of")
 async def test_the_list_has_each_schedules_newest_entries(node: Node, clock: FakeClock) -> None:
     for name, seconds in (("a", 1), ("b", 2), ("c", 3600)):
         await create(node, name, every(seconds))

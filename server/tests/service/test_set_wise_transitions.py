@@ -16,7 +16,8 @@ from orbit_server.pulse.states import SideEffect
 from orbit_server.pulse.worker import Session, Want, WorkerService
 from orbit_server.runtime.node import Node
 from orbit_server.store import Database, Tx
-from orbit_server.store import pulse as store
+from orbit_server.store import queues as queue_store
+from orbit_server.store import tasks as task_store
 from orbit_server.store.base import T, Unit
 from tests.conftest import SCOPE
 from tests.support.wrapped_database import WrappedDatabase
@@ -74,8 +75,8 @@ async def expire_a_mixed_batch(node: Node, clock: FakeClock, each: int) -> Count
     counting = CountingDatabase(node.db)
     workers = WorkerService(counting, clock, lease_ms=node.settings.lease_ms)
     assert await workers.expire_leases(limit=1000) == len(leases)
-    tasks = {t.id: t for t in await node.db.read(lambda tx: store.task_list(
-        tx, SCOPE, limit=1000, before=store.LAST, queue=None, state=None))}  # fmt: skip
+    tasks = {t.id: t for t in await node.db.read(lambda tx: task_store.task_list(
+        tx, SCOPE, limit=1000, before=task_store.LAST, queue=None, state=None))}  # fmt: skip
     for lease in leases:
         task = tasks[lease.task.id]
         if lease.task.id in unstarted:
@@ -85,7 +86,7 @@ async def expire_a_mixed_batch(node: Node, clock: FakeClock, each: int) -> Count
         else:
             assert task.state == "scheduled"  # retried after its backoff
     for queue in ("a", "b"):
-        record = await node.db.read(lambda tx, q=queue: store.queue_get(tx, SCOPE, q))
+        record = await node.db.read(lambda tx, q=queue: queue_store.queue_get(tx, SCOPE, q))
         assert record is not None and record.active == 0
     return counting.writes
 

@@ -7,20 +7,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-import pytest
-
 from orbit_server.bootstrap import build_node
 from orbit_server.clock import FakeClock
 from orbit_server.config import Settings
 from orbit_server.pulse.service import SETTLED
 from orbit_server.runtime.node import Node
 from orbit_server.store import Database
-from orbit_server.store import pulse as store
+from orbit_server.store import tasks as task_store
 from tests.conftest import SCOPE
 from tests.service.test_worker import claim, submit
 
 
-@pytest.mark.covers("tasks_in_states")
 async def test_a_task_settled_elsewhere_wakes_the_waiters_here(
     node: Node, db: Database, settings: Settings, clock: FakeClock
 ) -> None:
@@ -45,6 +42,6 @@ async def test_a_task_settled_elsewhere_wakes_the_waiters_here(
         await bystander
     assert node.watch.waited() == [] and not node.watch.someone_waits.is_set()
     found = await node.db.read(
-        lambda tx: store.tasks_in_states(tx, [done, waiting, "nope"], SETTLED)
+        lambda tx: task_store.tasks_in_states(tx, [done, waiting, "nope"], SETTLED)
     )
     assert found == [done]

@@ -60,7 +60,6 @@ async def test_a_submit_refused_by_its_quota_wakes_nobody(node: Node) -> None:
     assert events == []
 
 
-@pytest.mark.covers("gate_pending_queues")
 async def test_reopening_a_gate_wakes_the_queues_of_its_held_tasks(node: Node) -> None:
     gate = await node.gates.create(SCOPE)
     await node.gates.set_open(SCOPE, gate, open_=False)

@@ -26,7 +26,9 @@ from orbit_server.pulse.worker import (
     Want,
 )
 from orbit_server.runtime.node import Node
-from orbit_server.store import pulse as store
+from orbit_server.store import permits as permit_store
+from orbit_server.store import queues as queue_store
+from orbit_server.store import task_events as event_store
 from tests.conftest import SCOPE
 
 ALICE = Session("sess_a", "node-1", "worker-a")
@@ -49,29 +51,16 @@ async def claim(node: Node, session: Session = ALICE, free: int = 100, **want: o
 
 
 async def queue(node: Node) -> Queue:
-    found = await node.db.read(lambda tx: store.queue_get(tx, SCOPE, "emails"))
+    found = await node.db.read(lambda tx: queue_store.queue_get(tx, SCOPE, "emails"))
     assert found is not None
     return found
 
 
 async def events(node: Node) -> Counter[str]:
-    found = await node.db.read(lambda tx: store.task_event_list_pending(tx, limit=1000))
+    found = await node.db.read(lambda tx: event_store.task_event_list_pending(tx, limit=1000))
     return Counter(e.state for e in found)
 
 
-@pytest.mark.covers(
-    "ready_candidates",
-    "ready_delete_many",
-    "tasks_lease_many",
-    "tasks_get_many",
-    "attempts_insert",
-    "attempt_get",
-    "task_lock_fenced",
-    "task_set_running",
-    "tasks_finish",
-    "attempts_update_many",
-    "task_event_seqs_advance",
-)
 async def test_claim_start_complete_with_counters_attempts_and_event(node: Node) -> None:
     [task_id] = await submit(node, params={"n": 1})
     [lease] = await claim(node)
@@ -95,7 +84,6 @@ async def test_claim_start_complete_with_counters_attempts_and_event(node: Node)
     assert await events(node) == Counter({"succeeded": 1})
 
 
-@pytest.mark.covers("leases_expired", "scheduled_due", "tasks_set_pending_many", "tasks_renew_many")
 async def test_stale_holders_can_never_renew_complete_or_release(
     node: Node, clock: FakeClock
 ) -> None:
@@ -224,11 +212,12 @@ async def test_cancelling_leased_work_frees_its_permits_and_fences_the_holder(no
     assert await node.workers.start(lease.ref) is StartVerdict.STALE
     q = await queue(node)
     assert (q.active, q.pending) == (0, 0)
-    permit = await node.db.read(lambda tx: store.key_permit_active(tx, SCOPE, "emails", "user-1"))
+    permit = await node.db.read(
+        lambda tx: permit_store.key_permit_active(tx, SCOPE, "emails", "user-1")
+    )
     assert permit == 0
 
 
-@pytest.mark.covers("tasks_return_pending")
 async def test_release_returns_unstarted_work_without_an_attempt(node: Node) -> None:
     [task_id] = await submit(node)
     [lease] = await claim(node)
@@ -250,7 +239,6 @@ async def test_the_queue_concurrency_limit_holds(node: Node) -> None:
     assert len(await claim(node, BOB)) == 1
 
 
-@pytest.mark.covers("key_permits_lock")
 async def test_per_key_exclusion_allows_key_concurrency_running(node: Node) -> None:
     await submit(node, 3, concurrency_key="user-1")
     await submit(node, 1, concurrency_key="user-2")
@@ -262,7 +250,6 @@ async def test_per_key_exclusion_allows_key_concurrency_running(node: Node) -> N
     assert await claim(node) == []
 
 
-@pytest.mark.covers("ready_fairness_keys")
 async def test_fairness_rotates_between_keys(node: Node) -> None:
     await node.tasks.submit_many(SCOPE, [spec(fairness_key="A") for _ in range(10_000)])
     b_ids = set(await submit(node, 10, fairness_key="B"))
@@ -288,7 +275,6 @@ async def one_at_a_time(nodes: list[Node], claims: int) -> str:
     return order
 
 
-@pytest.mark.covers("fairness_cursor_set")
 @pytest.mark.parametrize("node_count", [1, 2])
 async def test_one_task_claims_alternate_between_keys_across_nodes(
     node: Node, settings: Settings, clock: FakeClock, node_count: int
@@ -366,7 +352,6 @@ async def test_a_fairness_key_met_outside_the_remembered_set_gets_its_share_next
     assert sorted(lease.task.fairness_key or "" for lease in third) == ["c", "c", "d", "d"]
 
 
-@pytest.mark.covers("gate_create", "gate_set", "gate_get", "gates_open")
 async def test_a_closed_gate_stops_claims_and_starts(node: Node) -> None:
     gate = await node.gates.create(SCOPE)
     await submit(node, 2, gate_id=gate)
@@ -388,7 +373,6 @@ async def test_handler_versions_and_paused_queues(node: Node) -> None:
     assert len(await claim(node, versions=("2",))) == 1
 
 
-@pytest.mark.covers("session_leases")
 async def test_session_leases_for_reconnects(node: Node) -> None:
     await submit(node, 2)
     leases = await claim(node)
@@ -429,7 +413,6 @@ async def make_needs_review(node: Node, clock: FakeClock) -> str:
     return task_id
 
 
-@pytest.mark.covers("tasks_resolve")
 async def test_operators_resolve_needs_review(node: Node, clock: FakeClock) -> None:
     ok_id = await make_needs_review(node, clock)
     resolved = await node.tasks.resolve(
@@ -449,7 +432,6 @@ async def test_operators_resolve_needs_review(node: Node, clock: FakeClock) -> N
         await node.tasks.resolve(SCOPE, ok_id, succeeded=True, result=None, error=None, actor=ACTOR)
 
 
-@pytest.mark.covers("tasks_reopen")
 async def test_operator_retry_gives_a_new_attempt(node: Node, clock: FakeClock) -> None:
     task_id = await make_needs_review(node, clock)
     reopened = await node.tasks.retry(SCOPE, task_id, actor=ACTOR)
@@ -463,11 +445,10 @@ async def test_operator_retry_gives_a_new_attempt(node: Node, clock: FakeClock) 
         await node.tasks.retry(SCOPE, task_id, actor=ACTOR)  # leased: not retryable
 
 
-@pytest.mark.covers("task_event_mark_processed")
 async def test_result_events_are_consumed_exactly_once(node: Node) -> None:
     from orbit_server.pulse.events import EventConsumer
+    from orbit_server.pulse.model import ResultEvent
     from orbit_server.store import Tx
-    from orbit_server.store.pulse import ResultEvent
 
     for _ in range(3):
         [task_id] = await submit(node)
@@ -497,14 +478,12 @@ async def test_result_events_are_consumed_exactly_once(node: Node) -> None:
     assert [e.id for e in await consumer.pending()] == [event.id]  # not lost
 
 
-@pytest.mark.covers("tasks_prune")
 async def test_retention_prunes_finished_history_within_a_budget(
     node: Node, clock: FakeClock
 ) -> None:
     from orbit_server.pulse.events import EventConsumer
-    from orbit_server.pulse.model import Owner
+    from orbit_server.pulse.model import Owner, ResultEvent
     from orbit_server.store import Tx
-    from orbit_server.store.pulse import ResultEvent
 
     old = await submit(node, 3, owner=Owner("workflow", "wf_1", "step"))
     for task_id in old:
@@ -533,7 +512,7 @@ async def test_every_result_event_survives_retries_and_repeats(node: Node) -> No
     await node.tasks.cancel(SCOPE, task_id, reason=None, actor=ACTOR)
     await node.tasks.retry(SCOPE, task_id, actor=ACTOR)
     await node.tasks.cancel(SCOPE, task_id, reason=None, actor=ACTOR)
-    found = await node.db.read(lambda tx: store.task_event_list_pending(tx, limit=10))
+    found = await node.db.read(lambda tx: event_store.task_event_list_pending(tx, limit=10))
     assert [(e.task_id, e.state, e.seq) for e in found] == [
         (task_id, "cancelled", 1),
         (task_id, "cancelled", 2),
@@ -547,47 +526,7 @@ async def test_history_of_plain_tasks_is_pruned_without_a_consumer(
     await node.tasks.cancel(SCOPE, task_id, reason=None, actor=ACTOR)
     clock.advance(timedelta(days=8))
     assert await node.tasks.prune_finished(7 * 86_400_000) == 1
-    assert await node.db.read(lambda tx: store.task_event_list_pending(tx, limit=10)) == []
-
-
-@pytest.mark.covers("ready_fairness_keys")
-async def test_fairness_keys_are_found_by_seeks_and_rotate(node: Node) -> None:
-    from orbit_server.store import leases as lstore
-
-    for key in ("c", "a", "", "b"):
-        await submit(node, 2, fairness_key=key or None)
-
-    async def keys(limit: int, start_after: str | None) -> list[str]:
-        return await node.db.read(
-            lambda tx: lstore.ready_fairness_keys(
-                tx, SCOPE, "emails", "send", limit=limit, start_after=start_after
-            )
-        )
-
-    assert await keys(10, None) == ["", "a", "b", "c"]
-    assert await keys(10, "b") == ["c", "", "a", "b"]
-    assert await keys(2, "a") == ["b", "c"]
-    assert await keys(10, "zzz") == ["", "a", "b", "c"]
-
-
-@pytest.mark.covers("claim_outlook")
-async def test_the_claim_outlook_has_the_queue_and_which_types_have_work(node: Node) -> None:
-    from orbit_server.store import leases as lstore
-
-    await submit(node, 2)  # type send, no fairness key
-    await submit(node, 1, type="bill", fairness_key="b")
-    await submit(node, 1, type="bill", fairness_key="a")
-
-    queue, spans = await node.db.read(
-        lambda tx: lstore.claim_outlook(tx, SCOPE, "emails", ["send", "bill", "idle", "send"])
-    )
-    assert queue is not None and (queue.name, queue.pending) == ("emails", 4)
-    assert spans == {
-        "send": lstore.KeySpan("", "", None),
-        "bill": lstore.KeySpan("a", "b", None),
-    }
-    missing = await node.db.read(lambda tx: lstore.claim_outlook(tx, SCOPE, "nothing", ["send"]))
-    assert missing == (None, {})
+    assert await node.db.read(lambda tx: event_store.task_event_list_pending(tx, limit=10)) == []
 
 
 async def test_a_task_timeout_caps_its_lease_and_ends_the_attempt(
@@ -652,7 +591,6 @@ async def test_a_blocked_head_of_the_queue_does_not_hide_free_work(node: Node) -
     assert sorted(lease.task.id for lease in leases) == sorted(free)
 
 
-@pytest.mark.covers("idempotency_keys_expire")
 async def test_idempotency_keys_expire_before_their_tasks(node: Node, clock: FakeClock) -> None:
     [old] = await submit(node, idempotency_key="k")
     await node.tasks.cancel(SCOPE, old, reason=None, actor=ACTOR)
@@ -665,7 +603,6 @@ async def test_idempotency_keys_expire_before_their_tasks(node: Node, clock: Fak
     assert (await node.tasks.get(SCOPE, old)).state == "cancelled"
 
 
-@pytest.mark.covers("gate_park")
 async def test_a_closed_gates_tasks_wait_outside_the_claim_range(
     node: Node, clock: FakeClock
 ) -> None:
@@ -687,7 +624,6 @@ async def test_a_closed_gates_tasks_wait_outside_the_claim_range(
     await node.gates.set_open(SCOPE, gate, open_=True)  # opening an open gate changes nothing
 
 
-@pytest.mark.covers("tasks_start_many")
 async def test_a_repeated_start_of_a_running_attempt_answers_started(node: Node) -> None:
     await submit(node, 2)
     first, second = await claim(node)
@@ -711,7 +647,6 @@ async def test_a_failure_of_unsafe_work_goes_to_review_unless_vouched_safe(node:
         assert (await node.tasks.get(SCOPE, task_id)).state == by_id[task_id]
 
 
-@pytest.mark.covers("tasks_succeed_many", "task_events_insert_many")
 async def test_a_report_of_an_eager_attempt_not_yet_started_is_its_start_too(
     node: Node, clock: FakeClock
 ) -> None:
@@ -738,7 +673,7 @@ async def test_a_report_of_an_eager_attempt_not_yet_started_is_its_start_too(
     assert attempt.state == "succeeded" and attempt.started_at == attempt.ended_at == clock.now()
     retried = await node.tasks.get(SCOPE, failing)
     assert (retried.state, retried.attempts) == ("scheduled", 1)  # the attempt counted
-    events = await node.db.read(lambda tx: store.task_event_list_pending(tx, limit=10))
+    events = await node.db.read(lambda tx: event_store.task_event_list_pending(tx, limit=10))
     assert [(e.task_id, e.state, e.seq) for e in events] == [(done, "succeeded", 1)]
     again = await node.workers.report_many([Report(leases[done].ref, Event.COMPLETE)])
     assert again == [Outcome.ALREADY]  # a resend
@@ -765,7 +700,6 @@ async def test_a_report_cannot_start_unsafe_or_gated_work(node: Node) -> None:
         assert (await node.tasks.get(SCOPE, task_id)).state == "leased"
 
 
-@pytest.mark.covers("tasks_lock_many", "tasks_succeed_many")
 async def test_many_results_in_one_transaction_get_an_outcome_each(node: Node) -> None:
     from orbit_server.pulse.states import Event
     from orbit_server.pulse.worker import Report

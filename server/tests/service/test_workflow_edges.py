@@ -16,7 +16,7 @@ from orbit_server.governance.keys import Role
 from orbit_server.pulse.service import QueueSettings
 from orbit_server.pulse.worker import Want
 from orbit_server.runtime.node import Node
-from orbit_server.store import weave as wstore
+from orbit_server.store import workflows as workflow_store
 from orbit_server.weave.service import Definitions
 from tests.conftest import SCOPE, bearer, make_key
 from tests.service.weave_support import (
@@ -110,7 +110,6 @@ async def test_a_map_item_succeeding_and_one_failing_in_one_pass_follow_on_failu
     assert await work(node) == []  # no item started for the failed map
 
 
-@pytest.mark.covers("workflow_step_set_items")
 async def test_a_map_begun_after_the_work_cap_keeps_its_items(node: Node) -> None:
     chain = [{"id": f"c{i}", "kind": "choice", "default": f"c{i + 1}" if i < 99 else "each",
               "choices": [{"when": "false", "next": "each"}]} for i in range(100)]  # fmt: skip
@@ -155,7 +154,6 @@ async def test_a_signal_timing_out_in_a_branch_fails_the_parallel_to_its_on_fail
     assert rows["cleanup"].state == "running" and rows["b1"].state == "cancelled"
 
 
-@pytest.mark.covers("workflow_steps_unfollowed")
 async def test_resume_does_not_follow_a_branch_of_a_parallel_that_failed_meanwhile(
     node: Node,
 ) -> None:
@@ -210,17 +208,17 @@ async def test_a_skip_racing_the_result_event_enters_the_next_step_once(
     wf = await start(node, "s", {})
     assert await work(node) == [{}]  # the result event is pending
     reached, release = asyncio.Event(), asyncio.Event()
-    original = wstore.workflows_lock_many
+    original = workflow_store.workflows_lock_many
 
     async def held(tx, ids):  # type: ignore[no-untyped-def]
         reached.set()
         await release.wait()
         return await original(tx, ids)
 
-    monkeypatch.setattr(wstore, "workflows_lock_many", held)
+    monkeypatch.setattr(workflow_store, "workflows_lock_many", held)
     consuming = asyncio.create_task(node.runner.consume())
     await reached.wait()  # the events are marked, the instance not locked yet
-    monkeypatch.setattr(wstore, "workflows_lock_many", original)
+    monkeypatch.setattr(workflow_store, "workflows_lock_many", original)
     await node.workflow_control.skip_step(SCOPE, wf.id, "slow", output={"given": True}, actor=ACTOR)
     release.set()
     await consuming

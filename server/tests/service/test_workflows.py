@@ -24,7 +24,7 @@ from orbit_server.errors import (
 from orbit_server.pulse.model import TaskSpec
 from orbit_server.pulse.service import QueueSettings
 from orbit_server.runtime.node import Node
-from orbit_server.store import weave as wstore
+from orbit_server.store import steps as step_store
 from tests.conftest import SCOPE
 from tests.service.weave_support import (
     ACTOR,
@@ -43,12 +43,6 @@ from tests.service.weave_support import (
 # -- definitions ------------------------------------------------------------------------------
 
 
-@pytest.mark.covers(
-    "workflow_definition_insert",
-    "workflow_definition_get",
-    "workflow_definitions_list",
-    "workflow_definition_latest_version",
-)
 async def test_publishing_is_immutable_and_identical_content_is_a_no_op(node: Node) -> None:
     first = body("order", [task("a")])
     record, created = await node.workflows.publish(SCOPE, first, actor=ACTOR)
@@ -100,16 +94,6 @@ async def test_an_invalid_definition_is_refused_with_every_reason(node: Node) ->
 # -- tasks, data and the result continuation --------------------------------------------------
 
 
-@pytest.mark.covers(
-    "workflow_insert",
-    "workflow_get",
-    "workflow_lock",
-    "workflow_steps_insert",
-    "workflow_step_get",
-    "workflow_steps_list",
-    "workflow_steps_count_in_state",
-    "task_event_list_pending_owned",
-)
 async def test_task_steps_run_in_order_and_map_their_data(node: Node) -> None:
     await publish(
         node,
@@ -145,18 +129,13 @@ async def test_task_steps_run_in_order_and_map_their_data(node: Node) -> None:
     assert rows["charge"].output == 42
 
 
-@pytest.mark.covers(
-    "task_events_mark_processed_many",
-    "workflows_lock_many",
-    "workflow_steps_get_many",
-    "workflow_steps_update_many",
-    "workflows_update_many",
-)
 async def test_a_result_event_is_consumed_once_even_when_delivered_again(node: Node) -> None:
     await publish(node, body("two", [task("a", next="b"), task("b")]))
     wf = await start(node, "two", {"n": 1})
     await work(node)
-    events = await node.db.read(lambda tx: wstore.workflow_steps_list(tx, wf.id, after=0, limit=10))
+    events = await node.db.read(
+        lambda tx: step_store.workflow_steps_list(tx, wf.id, after=0, limit=10)
+    )
     assert len(events) == 1
     assert await node.runner.consume() == 1
     assert await node.runner.consume() == 0  # processed: nothing again
@@ -332,7 +311,6 @@ async def test_a_failing_branch_cancels_its_siblings_and_fails_the_parallel(node
     assert (await get(node, wf.id)).state == "succeeded"
 
 
-@pytest.mark.covers("workflow_step_items", "workflow_step_outputs")
 async def test_a_map_keeps_at_most_max_concurrency_items_running_and_fans_in_in_order(
     node: Node,
 ) -> None:
@@ -397,7 +375,6 @@ async def test_an_empty_map_succeeds_at_once_and_a_failing_item_fails_the_map(no
 # -- timers, signals, polls -------------------------------------------------------------------
 
 
-@pytest.mark.covers("workflow_steps_due", "workflow_steps_next_wake")
 async def test_a_timer_waits_on_the_clock_without_a_task(node: Node, clock: FakeClock) -> None:
     await publish(
         node,
@@ -416,14 +393,6 @@ async def test_a_timer_waits_on_the_clock_without_a_task(node: Node, clock: Fake
     assert (await get(node, wf.id)).state == "succeeded"
 
 
-@pytest.mark.covers(
-    "workflow_signal_insert",
-    "workflow_signal_get_by_key",
-    "workflow_signal_oldest_pending",
-    "workflow_signal_deliver",
-    "workflow_signals_pending",
-    "workflow_steps_in_states",
-)
 async def test_signals_sent_early_are_kept_duplicates_apply_once_and_waits_time_out(
     node: Node, clock: FakeClock
 ) -> None:
@@ -580,7 +549,6 @@ async def test_a_poll_the_builder_writes_without_an_interval_waits_one_second(
 # -- pause, resume, cancel, review ------------------------------------------------------------
 
 
-@pytest.mark.covers("workflow_steps_rearm")
 async def test_pause_lets_started_work_finish_starts_nothing_new_and_resume_goes_on(
     node: Node, clock: FakeClock
 ) -> None:
@@ -710,7 +678,6 @@ async def test_skip_supplies_a_steps_output_and_the_workflow_goes_on(node: Node)
     assert (await steps(node, wf.id))["slow"].state == "skipped"
 
 
-@pytest.mark.covers("workflow_get_by_idempotency_key", "workflows_list", "workflow_steps_main")
 async def test_start_is_idempotent_and_lists_filter_by_definition_and_state(node: Node) -> None:
     await publish(node, body("a", [task("t")]))
     await publish(node, body("b", [{"id": "x", "kind": "succeed"}]))
@@ -912,9 +879,6 @@ async def test_a_wide_map_starts_its_items_100_per_transaction(node: Node) -> No
     assert (await get(node, wf.id)).output == list(range(300))
 
 
-@pytest.mark.covers(
-    "workflows_finished_before", "workflow_steps_delete_some", "workflow_delete", "gate_delete"
-)
 async def test_finished_instances_are_forgotten_after_the_retention_in_bounded_parts(
     node: Node, clock: FakeClock
 ) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from orbit_server.audit import Actor
 from orbit_server.pulse.worker import Outcome, Session, Want
 from orbit_server.runtime.node import Node
-from orbit_server.store import pulse as pstore
+from orbit_server.store import tasks as task_store
 from orbit_server.weave.model import StepExecution, Workflow
 from tests.conftest import SCOPE
 
@@ -114,7 +114,7 @@ async def task_states(node: Node, workflow_id: str) -> dict[str, str]:
     out = {}
     for key, row in (await steps(node, workflow_id)).items():
         if row.task_id is not None:
-            found = await node.db.read(lambda tx, t=row.task_id: pstore.task_get(tx, SCOPE, t))
+            found = await node.db.read(lambda tx, t=row.task_id: task_store.task_get(tx, SCOPE, t))
             assert found is not None
             out[key] = found.state
     return out

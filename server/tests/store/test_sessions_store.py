@@ -7,14 +7,8 @@ from datetime import timedelta
 import pytest
 
 from orbit_server.clock import FakeClock
-from orbit_server.pulse.model import TaskSpec
-from orbit_server.pulse.sessions import HeldRef
-from orbit_server.pulse.worker import Session, Want
-from orbit_server.runtime.node import Node
 from orbit_server.store import Database, Tx
-from orbit_server.store import leases as lstore
 from orbit_server.store import sessions as sstore
-from orbit_server.store import tasks as tstore
 from tests.conftest import OTHER_TENANT, SCOPE
 
 HANDLERS = [{"queue": "emails", "type": "send", "versions": []},
@@ -23,10 +17,8 @@ HANDLERS = [{"queue": "emails", "type": "send", "versions": []},
 
 async def open_session(db: Database, clock: FakeClock, session_id: str, node: str) -> None:
     async def unit(tx: Tx) -> None:
-        await sstore.session_insert(
-            tx, session_id=session_id, scope=SCOPE, node=node, worker_id="w1", key_id="key_1",
-            capacity=4, handlers=HANDLERS, now=clock.now(),
-        )  # fmt: skip
+        session = sstore.NewSession(session_id, SCOPE, node, "w1", "key_1", 4, HANDLERS)
+        await sstore.session_insert(tx, session, clock.now())
 
     await db.run(unit)
 
@@ -63,55 +55,3 @@ async def test_sessions_are_counted_while_open_and_seen_then_pruned(
     assert await db.run(lambda tx: sstore.sessions_prune(tx, before, limit=1)) == 1
     assert await db.run(lambda tx: sstore.sessions_prune(tx, before, limit=10)) == 1
     assert await db.read(lambda tx: sstore.session_get(tx, "ses_a")) is None
-
-
-@pytest.mark.covers("task_adopt", "ready_exists")
-async def test_a_lease_moves_to_a_new_session_only_while_it_holds(
-    node: Node, clock: FakeClock
-) -> None:
-    assert not await node.db.read(lambda tx: lstore.ready_exists(tx, SCOPE, "emails"))
-    await node.tasks.submit_many(SCOPE, [TaskSpec(queue="emails", type="send")])
-    assert await node.db.read(lambda tx: lstore.ready_exists(tx, SCOPE, "emails"))
-    [lease] = await node.workers.claim(
-        SCOPE, Session("ses_old", "n1", "w"), [Want("emails", "send", 1)], limit=1
-    )
-    ref = lease.ref
-
-    async def adopt(tx: Tx) -> bool:
-        return await tstore.task_adopt(
-            tx, ref.task_id, ref.attempt, ref.lease_token, session_id="ses_new", node="n2",
-            worker_id="w", now=clock.now(),
-        )  # fmt: skip
-
-    assert await node.db.run(adopt)
-    assert [h.task_id for h in await node.workers.session_leases("ses_new")] == [ref.task_id]
-    assert await node.workers.session_leases("ses_old") == []
-    clock.advance(timedelta(milliseconds=node.settings.lease_ms + 1))
-    assert not await node.db.run(adopt)  # the lease ran out: nothing to continue
-
-
-@pytest.mark.covers("tasks_lock_many_in")
-async def test_a_reconnect_adopts_only_leases_of_its_own_scope_and_queues(node: Node) -> None:
-    """``hello.held`` with a real reference: adopted by a session of the task's scope and
-    queues, refused (``stop``) to another tenant's and to a key limited to other queues,
-    whose reads lock nothing of the task."""
-    await node.tasks.submit_many(SCOPE, [TaskSpec(queue="emails", type="send")])
-    [lease] = await node.workers.claim(
-        SCOPE, Session("ses_old", "n1", "w"), [Want("emails", "send", 1)], limit=1
-    )
-    held = [HeldRef(lease.ref.task_id, lease.ref.attempt, lease.ref.lease_token)]
-    locked = await node.db.read(
-        lambda tx: lstore.tasks_lock_many_in(tx, OTHER_TENANT, [lease.ref.task_id])
-    )
-    assert locked == {}
-    for scope, queues in ((OTHER_TENANT, None), (SCOPE, frozenset({"reports"}))):
-        opened = await node.sessions.open(
-            scope, key_id="key_x", worker_id="w", capacity=1, handlers=HANDLERS, held=held,
-            queues=queues,
-        )  # fmt: skip
-        assert (opened.continuing, [r.task_id for r in opened.stopped]) == ([], [lease.ref.task_id])
-    opened = await node.sessions.open(
-        SCOPE, key_id="key_1", worker_id="w", capacity=1, handlers=HANDLERS, held=held,
-        queues=frozenset({"emails"}),
-    )  # fmt: skip
-    assert [r.session_id for r in opened.continuing] == [opened.session_id]

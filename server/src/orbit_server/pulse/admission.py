@@ -30,7 +30,7 @@ from orbit_server.pulse.effects import admit_keys
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
 from orbit_server.store import admissions as astore
-from orbit_server.store import leases as lstore
+from orbit_server.store import permits as permit_store
 from orbit_server.store.admissions import AdmissionNote
 from orbit_server.store.base import Unit, chunks
 
@@ -130,7 +130,7 @@ class KeyAdmissions:
             if wait:
                 await admit_keys(tx, scope, queue, keys, now)
                 return []
-            free = await lstore.key_permits_lock_free(tx, scope, queue, keys, now)
+            free = await permit_store.key_permits_lock_free(tx, scope, queue, keys, now)
             await admit_keys(tx, scope, queue, list(free), now, locked=free)
             return [key for key in keys if key not in free]
 

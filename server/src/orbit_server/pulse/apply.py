@@ -26,9 +26,12 @@ from orbit_server.pulse.states import TaskState
 from orbit_server.pulse.transitions import RowWrite, Transition
 from orbit_server.scope import Scope
 from orbit_server.store import Tx
-from orbit_server.store import leases as lstore
-from orbit_server.store import pulse as store
-from orbit_server.store import tasks as tstore
+from orbit_server.store import attempts as attempt_store
+from orbit_server.store import claim_range as ready_store
+from orbit_server.store import gates as gate_store
+from orbit_server.store import queues as queue_store
+from orbit_server.store import task_events as event_store
+from orbit_server.store import tasks as task_store
 from orbit_server.store.tasks import TaskMove
 
 
@@ -61,14 +64,14 @@ async def apply(tx: Tx, transitions: Sequence[Transition], now: datetime) -> Non
         if group:
             first = group[0]
             assert first.attempt is not None  # the same for all: the attempt succeeded
-            await tstore.tasks_succeed_many(
-                tx, [t.task.id for t in group], [t.result for t in group], now,
+            await task_store.tasks_succeed_many(tx, task_store.Successes(
+                [t.task.id for t in group], [t.result for t in group],
                 from_state=str(first.before), attempt_state=str(first.attempt.state),
                 cause=first.attempt.cause, starting=starting,
-            )  # fmt: skip
+            ), now)  # fmt: skip
     await _write_rows(tx, rest, now)
     await _end_attempts(tx, [t for t in rest if t.attempt is not None], now)
-    await lstore.ready_delete_many(tx, [t.task.id for t in rest if t.leaves_range])
+    await ready_store.ready_delete_many(tx, [t.task.id for t in rest if t.leaves_range])
     await _emit_results(tx, plain, [t for t in rest if t.emits_result], now)
     queues = _queue_changes(transitions)
     await _make_claimable(tx, [t for t in rest if t.claimable and t.task.concurrency_key is None])
@@ -78,8 +81,8 @@ async def apply(tx: Tx, transitions: Sequence[Transition], now: datetime) -> Non
             await admit_keys(tx, scope, queue, keys, now, returned=dict(change.returned) or None)
     for (scope, queue), change in sorted(queues.items()):  # the queues' rows last
         if change.creates_row:
-            await store.queue_lock_or_create(tx, scope, queue, now)
-        await store.queue_add_counts(
+            await queue_store.queue_lock_or_create(tx, scope, queue, now)
+        await queue_store.queue_add_counts(
             tx, scope, queue, active=change.active, pending=change.pending, now=now
         )
         if change.active:
@@ -115,11 +118,11 @@ async def _write_rows(tx: Tx, transitions: Sequence[Transition], now: datetime) 
 
 
 _ROW_WRITES = {
-    RowWrite.FINISH: tstore.tasks_finish,
-    RowWrite.RETURN: tstore.tasks_return_pending,
-    RowWrite.END_UNSTARTED: tstore.tasks_end_unstarted,
-    RowWrite.RESOLVE: tstore.tasks_resolve,
-    RowWrite.REOPEN: tstore.tasks_reopen,
+    RowWrite.FINISH: task_store.tasks_finish,
+    RowWrite.RETURN: task_store.tasks_return_pending,
+    RowWrite.END_UNSTARTED: task_store.tasks_end_unstarted,
+    RowWrite.RESOLVE: task_store.tasks_resolve,
+    RowWrite.REOPEN: task_store.tasks_reopen,
 }
 
 
@@ -135,8 +138,8 @@ def _move(t: Transition) -> TaskMove:
 
 async def _end_attempts(tx: Tx, transitions: Sequence[Transition], now: datetime) -> None:
     ends = [(t.task, t.attempt) for t in transitions if t.attempt is not None]
-    await lstore.attempts_update_many(tx, [
-        lstore.AttemptUpdate(
+    await attempt_store.attempts_update_many(tx, [
+        attempt_store.AttemptUpdate(
             task_id=task.id, number=task.lease_epoch, state=end.state, cause=end.cause,
             ended_at=now, error=end.error,
         )
@@ -149,12 +152,12 @@ async def _emit_results(
 ) -> None:
     """Result events (SPEC P11): ``counted`` rows had their event counter advanced by the
     statement that moved them; the others advance it here, guarded by its value."""
-    if rest and await tstore.task_event_seqs_advance(
+    if rest and await task_store.task_event_seqs_advance(
         tx, [(t.task.id, t.task.event_seq + 1) for t in rest]
     ) != len(rest):
         raise RuntimeError("a result event of a task the caller holds exists already")
     emitted = [*counted, *rest]
-    await store.task_events_insert_many(tx, [_result_event(t, now) for t in emitted])
+    await event_store.task_events_insert_many(tx, [_result_event(t, now) for t in emitted])
     for t in emitted:
         tx.publish(TaskSettled(t.task.id))
 
@@ -173,9 +176,9 @@ async def _make_claimable(tx: Tx, transitions: Sequence[Transition]) -> None:
     now, unless their gate is closed (a closed gate's tasks wait outside it)."""
     if not transitions:
         return
-    tasks = await lstore.tasks_get_many(tx, [t.task.id for t in transitions])
-    gates = await lstore.gates_open(tx, [g for t in tasks if (g := t.gate_id) is not None])
+    tasks = await task_store.tasks_get_many(tx, [t.task.id for t in transitions])
+    gates = await gate_store.gates_open(tx, [g for t in tasks if (g := t.gate_id) is not None])
     ready = [t for t in tasks if t.gate_id is None or gates[t.gate_id]]
-    await store.task_ready_insert_many(tx, ready)
+    await ready_store.task_ready_insert_many(tx, ready)
     for scope, queue in sorted({(t.scope, t.queue) for t in ready}):
         tx.publish(WorkCommitted(scope, queue))

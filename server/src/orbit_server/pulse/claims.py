@@ -22,11 +22,14 @@ from orbit_server.pulse.model import Queue
 from orbit_server.pulse.states import TaskState
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
-from orbit_server.store import leases as lstore
-from orbit_server.store import pulse as store
-from orbit_server.store import tasks as tstore
+from orbit_server.store import attempts as attempt_store
+from orbit_server.store import claim_range as ready_store
+from orbit_server.store import gates as gate_store
+from orbit_server.store import permits as permit_store
+from orbit_server.store import queues as queue_store
+from orbit_server.store import tasks as task_store
 from orbit_server.store.base import TransientConflict
-from orbit_server.store.leases import Candidate
+from orbit_server.store.claim_range import Candidate
 
 FAIRNESS_KEYS_PER_CLAIM = 64
 FAIRNESS_KEY_SET_S = 1.0  # how long a type's whole set of fairness keys is reused
@@ -167,7 +170,7 @@ class Claims:
         """Whether the queue may have claimable work: the dispatch loop's cheap poll."""
 
         async def unit(tx: Tx) -> bool:
-            return await lstore.ready_exists(tx, scope, queue)
+            return await ready_store.ready_exists(tx, scope, queue)
 
         return await self._db.read(unit)
 
@@ -209,7 +212,7 @@ class Claims:
             # read: the queue's row is written only by the claim's last statement, which
             # checks a concurrency limit as it counts (decisions 0006, 0009).
             listed = list(of_queue)
-            queue, spans = await lstore.claim_outlook(
+            queue, spans = await ready_store.claim_outlook(
                 tx, scope, queue_name, [w.type for w in listed]
             )
             if queue is None or queue.paused:
@@ -246,7 +249,7 @@ class Claims:
         token: str,
         now: datetime,
         *,
-        span: lstore.KeySpan,
+        span: ready_store.KeySpan,
         room: ClaimRoom,
     ) -> list[Lease]:
         # Read as many rows as the claim takes: admission keeps keys without free permits and
@@ -266,26 +269,24 @@ class Claims:
         if not chosen:
             return []
         ids = [c.task_id for c in chosen]
-        await lstore.ready_delete_many(tx, ids)
+        await ready_store.ready_delete_many(tx, ids)
         expires_at = now + self._lease
-        leased = await tstore.tasks_lease_many(
-            tx,
-            ids,
+        grant = task_store.LeaseGrant(
             lease_token=token,
             expires_at=expires_at,
             session_id=session.session_id,
             node=session.node,
             worker_id=session.worker_id,
-            now=now,
         )
+        leased = await task_store.tasks_lease_many(tx, ids, grant, now)
         # Only rows this claim really moved count (a row not pending any more is not leased).
         leased = [t for t in leased if t.state == TaskState.LEASED and t.lease_token == token]
         taken_per_key: dict[str, int] = defaultdict(int)
         for t in leased:
             if t.concurrency_key is not None:
                 taken_per_key[t.concurrency_key] += 1
-        await lstore.attempts_insert(tx, leased, now)
-        await store.key_permits_add_many(tx, scope, want.queue, taken_per_key, now)
+        await attempt_store.attempts_insert(tx, leased, now)
+        await permit_store.key_permits_add_many(tx, scope, want.queue, taken_per_key, now)
         # Planned with room that results are freeing: count once they have ended; from here on
         # it holds the queue's row (see ClaimRoom).
         await room.before_count()
@@ -295,7 +296,7 @@ class Claims:
         if not one_key and served and served[-1] != span.after:
             # The rotation goes on after the last key this claim leased from, on every node;
             # after the queue's row, the order in which every claim takes the two rows.
-            await lstore.fairness_cursor_set(tx, scope, want.queue, want.type, served[-1], now)
+            await ready_store.fairness_cursor_set(tx, scope, want.queue, want.type, served[-1], now)
         return [
             Lease(LeaseRef(t.id, t.lease_epoch, token, session.session_id), t, expires_at)
             for t in leased
@@ -308,10 +309,12 @@ class Claims:
         a lock, and a claim that committed meanwhile may have used the room; then the whole
         claim is run again on fresh counts, so the limit holds without a long lock."""
         if queue.concurrency_limit is None:
-            await store.queue_add_counts(
+            await queue_store.queue_add_counts(
                 tx, queue.scope, queue.name, pending=-count, active=count, now=now
             )
-        elif not await store.queue_take_active_within(tx, queue.scope, queue.name, count, now):
+        elif not await queue_store.queue_take_active_within(
+            tx, queue.scope, queue.name, count, now
+        ):
             raise TransientConflict("the queue's concurrency limit was reached meanwhile")
 
     @staticmethod
@@ -327,10 +330,10 @@ class Claims:
         """The candidates this claim may lease: open gate, key permits, at most ``take`` (the
         versions were filtered by the candidates' query; the queue's limit is checked when
         the claim counts them, in ``_count_claimed``)."""
-        gates = await lstore.gates_open(tx, [c.gate_id for c in candidates if c.gate_id])
+        gates = await gate_store.gates_open(tx, [c.gate_id for c in candidates if c.gate_id])
         candidates = [c for c in candidates if c.gate_id is None or gates.get(c.gate_id, False)]
         keyed = [c.concurrency_key for c in candidates if c.concurrency_key is not None]
-        permits = await lstore.key_permits_lock(tx, scope, want.queue, keyed, now)
+        permits = await permit_store.key_permits_lock(tx, scope, want.queue, keyed, now)
         chosen: list[Candidate] = []
         taken_per_key: dict[str, int] = defaultdict(int)
         for candidate in candidates:
@@ -362,7 +365,7 @@ class Claims:
         claims of one task each alternate between the keys with ready work. ``one_key``: all
         ready work of the type has one fairness key, nothing to rotate."""
         if one_key:
-            return await lstore.ready_candidates(
+            return await ready_store.ready_candidates(
                 tx, scope, want.queue, want.type, limit=scan, versions=want.versions
             )
         rotation = (scope, want.queue, want.type)
@@ -370,12 +373,12 @@ class Claims:
             tx, scope, want, limit=min(FAIRNESS_KEYS_PER_CLAIM, max(scan, 2)), after=after
         )
         if len(keys) <= 1:
-            return await lstore.ready_candidates(
+            return await ready_store.ready_candidates(
                 tx, scope, want.queue, want.type, limit=scan, versions=want.versions
             )
         share = max(1, math.ceil(scan / len(keys)))
         picked: dict[str, Candidate] = {}
-        for c in await lstore.ready_candidates(
+        for c in await ready_store.ready_candidates(
             tx,
             scope,
             want.queue,
@@ -390,7 +393,7 @@ class Claims:
         # the rest of the batch when the shares fall short. Rows read are locked: no more.
         known = set(keys)
         head = scan if len(picked) < scan else min(scan, take)
-        for c in await lstore.ready_candidates(
+        for c in await ready_store.ready_candidates(
             tx, scope, want.queue, want.type, limit=head, versions=want.versions
         ):
             picked.setdefault(c.task_id, c)
@@ -413,7 +416,7 @@ class Claims:
             known = remembered[0]
             at = 0 if after is None else bisect.bisect_right(known, after)
             return (known[at:] + known[:at])[:limit]
-        keys = await lstore.ready_fairness_keys(
+        keys = await ready_store.ready_fairness_keys(
             tx, scope, want.queue, want.type, limit=limit, start_after=after
         )
         if len(keys) < limit:  # the walk went round: this is every key with ready work

@@ -16,8 +16,10 @@ from orbit_server.pulse.domain_events import WorkCommitted
 from orbit_server.pulse.model import Task
 from orbit_server.scope import Scope
 from orbit_server.store import Tx
-from orbit_server.store import leases as lstore
-from orbit_server.store import pulse as store
+from orbit_server.store import claim_range as ready_store
+from orbit_server.store import gates as gate_store
+from orbit_server.store import permits as permit_store
+from orbit_server.store import queues as queue_store
 
 
 async def admit_key(tx: Tx, scope: Scope, queue: str, key: str, now: datetime) -> None:
@@ -56,28 +58,28 @@ async def admit_keys(
     if locked is not None and set(locked) == set(ordered):
         active = dict(locked)
     else:
-        active = await lstore.key_permits_lock(tx, scope, queue, ordered, now)
+        active = await permit_store.key_permits_lock(tx, scope, queue, ordered, now)
     if returned:
-        await store.key_permits_add_many(
+        await permit_store.key_permits_add_many(
             tx, scope, queue, {key: -count for key, count in returned.items()}, now
         )
         for key, count in returned.items():
             active[key] = active.get(key, 0) - count
-    record = await store.queue_get(tx, scope, queue)
+    record = await queue_store.queue_get(tx, scope, queue)
     if record is None:
         return
     free = {key: record.key_concurrency - active.get(key, 0) for key in ordered}
-    heads = await lstore.keys_head_pending(tx, scope, queue, free)
+    heads = await permit_store.keys_head_pending(tx, scope, queue, free)
     wanted = {task_id for ids in heads.values() for task_id in ids}
-    present = await lstore.ready_of_keys(tx, scope, queue, ordered)
-    await lstore.ready_delete_many(tx, sorted(present - wanted))
+    present = await ready_store.ready_of_keys(tx, scope, queue, ordered)
+    await ready_store.ready_delete_many(tx, sorted(present - wanted))
     await _admit(tx, scope, queue, sorted(wanted - present))
 
 
 async def _admit(tx: Tx, scope: Scope, queue: str, task_ids: list[str]) -> None:
     """Put tasks of one queue into the claim range."""
     if task_ids:
-        await lstore.ready_insert_tasks(tx, task_ids)
+        await ready_store.ready_insert_tasks(tx, task_ids)
         tx.publish(WorkCommitted(scope, queue))
 
 
@@ -89,10 +91,10 @@ async def _return_and_admit(
     as ``key_permits_lock`` would), one read answers each key's free permits, next task and
     rows in the range, and one insert or delete settles the range. Answers the keys this
     could not settle (more than one free permit or admitted row, a permit row missing)."""
-    await store.key_permits_add_many(
+    await permit_store.key_permits_add_many(
         tx, scope, queue, {key: -count for key, count in returned.items()}, now
     )
-    states = await lstore.keys_admission(tx, scope, queue, list(returned))
+    states = await permit_store.keys_admission(tx, scope, queue, list(returned))
     rest: list[str] = []
     wanted: set[str] = set()
     present: set[str] = set()
@@ -105,7 +107,7 @@ async def _return_and_admit(
             wanted.add(state.head)
         if state.admitted_first is not None:
             present.add(state.admitted_first)
-    await lstore.ready_delete_many(tx, sorted(present - wanted))
+    await ready_store.ready_delete_many(tx, sorted(present - wanted))
     await _admit(tx, scope, queue, sorted(wanted - present))
     return rest
 
@@ -117,7 +119,10 @@ async def make_claimable(tx: Tx, task: Task, *, now: datetime) -> None:
     if task.concurrency_key is not None:
         await admit_key(tx, task.scope, task.queue, task.concurrency_key, now)
         return
-    if task.gate_id is not None and not (await lstore.gates_open(tx, [task.gate_id]))[task.gate_id]:
+    if (
+        task.gate_id is not None
+        and not (await gate_store.gates_open(tx, [task.gate_id]))[task.gate_id]
+    ):
         return
-    await store.task_ready_insert(tx, task)
+    await ready_store.task_ready_insert(tx, task)
     tx.publish(WorkCommitted(task.scope, task.queue))

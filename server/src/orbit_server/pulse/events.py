@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from orbit_server.clock import Clock
 from orbit_server.pulse.model import ResultEvent
 from orbit_server.store import Database, Tx
-from orbit_server.store import pulse as store
+from orbit_server.store import task_events as event_store
 
 Handler = Callable[[Tx, ResultEvent], Awaitable[None]]
 
@@ -24,20 +24,20 @@ class EventConsumer:
 
     async def pending(self, *, limit: int = 100, after: str = "") -> list[ResultEvent]:
         async def unit(tx: Tx) -> list[ResultEvent]:
-            return await store.task_event_list_pending(tx, limit=limit, after=after)
+            return await event_store.task_event_list_pending(tx, limit=limit, after=after)
 
         return await self._db.read(unit)
 
     @staticmethod
     async def pending_owned(tx: Tx, owner_kind: str, *, limit: int) -> list[ResultEvent]:
         """Pending events of tasks owned by ``owner_kind``, oldest first."""
-        return await store.task_event_list_pending_owned(tx, owner_kind, limit=limit)
+        return await event_store.task_event_list_pending_owned(tx, owner_kind, limit=limit)
 
     async def mark_many_in(self, tx: Tx, events: list[ResultEvent]) -> set[str]:
         """Mark ``events`` processed in the caller's transaction, which handles them, in two
         statements; answers the ids marked (the others were processed already: the caller
         handles nothing for them)."""
-        return await store.task_events_mark_processed_many(
+        return await event_store.task_events_mark_processed_many(
             tx, [e.id for e in events], self._clock.now()
         )
 
@@ -48,7 +48,7 @@ class EventConsumer:
         """
 
         async def unit(tx: Tx) -> bool:
-            if not await store.task_event_mark_processed(tx, event.id, self._clock.now()):
+            if not await event_store.task_event_mark_processed(tx, event.id, self._clock.now()):
                 return False
             await handle(tx, event)
             return True

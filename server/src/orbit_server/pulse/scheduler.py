@@ -48,8 +48,9 @@ from orbit_server.pulse.service import Submitted, TaskService
 from orbit_server.pulse.states import TaskState
 from orbit_server.scope import Scope
 from orbit_server.store import Database, DuplicateKey, Tx
-from orbit_server.store import pulse as store
+from orbit_server.store import queues as queue_store
 from orbit_server.store import schedules as sstore
+from orbit_server.store import tasks as task_store
 from orbit_server.store.schedules import Position
 
 log = structlog.get_logger("orbit.scheduler")
@@ -207,7 +208,9 @@ class Scheduler:
             if not schedules:
                 return report, fired_at
             watched = [t for s in schedules if (t := _watched(s)) is not None]
-            running = set(await store.tasks_in_states(tx, watched, UNSETTLED)) if watched else set()
+            running = (
+                set(await task_store.tasks_in_states(tx, watched, UNSETTLED)) if watched else set()
+            )
             plans: list[tuple[Schedule, Plan]] = []
             positions: list[Position] = []
             for s in schedules:
@@ -436,7 +439,7 @@ def _stay(s: Schedule, due_at: datetime | None, failure: str | None) -> Position
 async def _room(tx: Tx, s: Schedule) -> int | None:
     """How many more tasks the schedule's queue takes now (None: no limit)."""
     scope, name = _queue(s)
-    queue = await store.queue_get(tx, scope, name)
+    queue = await queue_store.queue_get(tx, scope, name)
     if queue is None or queue.max_pending is None:
         return None
     return max(0, queue.max_pending - queue.pending)

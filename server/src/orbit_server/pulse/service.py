@@ -33,9 +33,12 @@ from orbit_server.pulse.watch import TaskWatch
 from orbit_server.pulse.worker import Lease, LeaseRef
 from orbit_server.scope import Scope
 from orbit_server.store import Database, DuplicateKey, Tx
-from orbit_server.store import leases as lstore
-from orbit_server.store import pulse as store
-from orbit_server.store import tasks as tstore
+from orbit_server.store import attempts as attempt_store
+from orbit_server.store import claim_range as ready_store
+from orbit_server.store import gates as gate_store
+from orbit_server.store import permits as permit_store
+from orbit_server.store import queues as queue_store
+from orbit_server.store import tasks as task_store
 
 SETTLED = frozenset({"succeeded", "failed", "cancelled", "needs_review"})
 
@@ -149,9 +152,9 @@ class TaskService:
         decide(TaskState.PENDING, Event.CLAIM)
 
         async def unit(tx: Tx) -> bool:
-            await tstore.task_insert_leased(tx, leased)
-            await lstore.attempts_insert(tx, [leased], now)
-            if await store.queue_take_direct(tx, scope, task.queue, task.type, now):
+            await task_store.task_insert_leased(tx, leased)
+            await attempt_store.attempts_insert(tx, [leased], now)
+            if await queue_store.queue_take_direct(tx, scope, task.queue, task.type, now):
                 return True
             raise _NotDirect()  # roll back: the ordinary path runs instead
 
@@ -194,7 +197,7 @@ class TaskService:
                 repeats[i] = first_of_key[key]
                 continue
             first_of_key[key] = i
-            existing = await store.task_get_by_idempotency_key(tx, scope, key)
+            existing = await task_store.task_get_by_idempotency_key(tx, scope, key)
             if existing is not None:
                 results[i] = Submitted(self._replayed(existing, task), created=False)
             else:
@@ -202,13 +205,13 @@ class TaskService:
         per_queue = Counter(tasks[i].queue for i in fresh)
         keyed = {tasks[i].queue for i in fresh if tasks[i].concurrency_key is not None}
         for name in sorted(keyed):  # a new queue's row exists before its keys' admission
-            if await store.queue_get(tx, scope, name) is None:
-                await store.queue_lock_or_create(tx, scope, name, now)
+            if await queue_store.queue_get(tx, scope, name) is None:
+                await queue_store.queue_lock_or_create(tx, scope, name, now)
         gate_ids = sorted({g for i in fresh if (g := tasks[i].gate_id) is not None})
-        gates = await lstore.gates_open(tx, gate_ids)
+        gates = await gate_store.gates_open(tx, gate_ids)
         # Tasks without an idempotency key cannot collide: one multi-row insert for them all.
         plain = [i for i in fresh if tasks[i].idempotency_key is None]
-        await tstore.tasks_insert_many(tx, [tasks[i] for i in plain])
+        await task_store.tasks_insert_many(tx, [tasks[i] for i in plain])
         for i in plain:
             results[i] = Submitted(tasks[i], created=True)
         for i in fresh:
@@ -216,11 +219,13 @@ class TaskService:
                 continue
             task = tasks[i]
             try:
-                await tstore.task_insert(tx, task)
+                await task_store.task_insert(tx, task)
             except DuplicateKey:
                 # A concurrent submitter of the same key committed first: answer with its task.
                 assert task.idempotency_key is not None
-                existing = await store.task_get_by_idempotency_key(tx, scope, task.idempotency_key)
+                existing = await task_store.task_get_by_idempotency_key(
+                    tx, scope, task.idempotency_key
+                )
                 if existing is None:
                     raise
                 results[i] = Submitted(self._replayed(existing, task), created=False)
@@ -240,7 +245,7 @@ class TaskService:
             for t in created
             if t.concurrency_key is None and (t.gate_id is None or gates.get(t.gate_id, False))
         ]
-        await store.task_ready_insert_many(tx, ready)
+        await ready_store.task_ready_insert_many(tx, ready)
         for name in sorted({t.queue for t in ready}):
             tx.publish(WorkCommitted(scope, name))
         for name in sorted({name for name, _ in keys}):  # once per key however many came
@@ -256,14 +261,14 @@ class TaskService:
             count = per_queue[name]
             if not count:  # every task of the queue was a replay
                 continue
-            if await store.queue_add_pending_within(tx, scope, name, count, now):
+            if await queue_store.queue_add_pending_within(tx, scope, name, count, now):
                 continue  # the common case: one statement
-            queue = await store.queue_lock_or_create(tx, scope, name, now)
+            queue = await queue_store.queue_lock_or_create(tx, scope, name, now)
             if queue.max_pending is not None and queue.pending + count > queue.max_pending:
                 raise QueueFull(
                     f"queue {name} holds its maximum of {queue.max_pending} waiting tasks"
                 )
-            await store.queue_add_counts(tx, scope, name, pending=count, now=now)
+            await queue_store.queue_add_counts(tx, scope, name, pending=count, now=now)
         for i, first in repeats.items():
             answer = results[first]
             assert answer is not None
@@ -282,7 +287,7 @@ class TaskService:
 
     async def get(self, scope: Scope, task_id: str) -> Task:
         async def unit(tx: Tx) -> Task | None:
-            return await store.task_get(tx, scope, task_id)
+            return await task_store.task_get(tx, scope, task_id)
 
         task = await self._db.read(unit)
         if task is None:
@@ -298,7 +303,7 @@ class TaskService:
             return 0
 
         async def unit(tx: Tx) -> list[str]:
-            return await store.tasks_in_states(tx, waited, SETTLED)
+            return await task_store.tasks_in_states(tx, waited, SETTLED)
 
         settled = await self._db.read(unit)
         for task_id in settled:
@@ -345,9 +350,9 @@ class TaskService:
 
         async def unit(tx: Tx) -> tuple[list[Task], str | None]:
             found: list[Task] = []
-            cursor = before or store.LAST
+            cursor = before or task_store.LAST
             for _ in range(10):  # bounded work per request
-                page = await store.task_list(
+                page = await task_store.task_list(
                     tx, scope, limit=limit, before=cursor, queue=queue, state=state
                 )
                 for task in page:
@@ -364,9 +369,9 @@ class TaskService:
 
     async def attempts(self, scope: Scope, task_id: str) -> list[Attempt]:
         async def unit(tx: Tx) -> list[Attempt] | None:
-            if await store.task_get(tx, scope, task_id) is None:
+            if await task_store.task_get(tx, scope, task_id) is None:
                 return None
-            return await store.attempt_list(tx, task_id)
+            return await attempt_store.attempt_list(tx, task_id)
 
         found = await self._db.read(unit)
         if found is None:
@@ -396,19 +401,19 @@ class TaskService:
         """:meth:`cancel` in the caller's transaction (a workflow's cancel). ``audit`` False:
         background work (which the audit log leaves out) or a change its caller audits."""
         now = self._clock.now()
-        seen = await store.task_get(tx, scope, task_id)
+        seen = await task_store.task_get(tx, scope, task_id)
         if seen is None:
             raise NotFound("no such task")
         if seen.state in (TaskState.SCHEDULED, TaskState.PENDING, TaskState.LEASED):
             # The claim's lock order: the queue row before the task's rows.
-            await store.queue_lock_or_create(tx, scope, seen.queue, now)
-        task = await store.task_get(tx, scope, task_id, lock=True)
+            await queue_store.queue_lock_or_create(tx, scope, seen.queue, now)
+        task = await task_store.task_get(tx, scope, task_id, lock=True)
         assert task is not None
         state = TaskState(task.state)
         if state is TaskState.CANCELLED or (state is TaskState.RUNNING and task.cancel_requested):
             return task  # already cancelled or asked: nothing more to do or to audit
         if state is TaskState.RUNNING:
-            await tstore.task_request_cancel(tx, task.id, reason, now)
+            await task_store.task_request_cancel(tx, task.id, reason, now)
             tx.publish(CancelRequested(task.id, reason))
         else:
             try:
@@ -421,7 +426,7 @@ class TaskService:
                 tx, scope=scope, actor=actor, action="task.cancel", target_kind="task",
                 target_id=task.id, details={"state_before": str(state), "reason": reason},
             )  # fmt: skip
-        refreshed = await store.task_get(tx, scope, task.id)
+        refreshed = await task_store.task_get(tx, scope, task.id)
         assert refreshed is not None
         return refreshed
 
@@ -439,9 +444,9 @@ class TaskService:
         keys_before = now - timedelta(milliseconds=idempotency_ms or retention_ms)
 
         async def unit(tx: Tx) -> int:
-            forgotten = await tstore.idempotency_keys_expire(tx, keys_before, limit=budget)
-            idle = await store.key_permits_prune(tx, before, limit=budget)
-            return forgotten + idle + await tstore.tasks_prune(tx, before, limit=budget)
+            forgotten = await task_store.idempotency_keys_expire(tx, keys_before, limit=budget)
+            idle = await permit_store.key_permits_prune(tx, before, limit=budget)
+            return forgotten + idle + await task_store.tasks_prune(tx, before, limit=budget)
 
         return await self._db.run(unit)
 
@@ -451,7 +456,7 @@ class TaskService:
         """A new attempt for a failed, cancelled or needs_review task (an operator's call)."""
 
         async def unit(tx: Tx) -> Task:
-            task = await store.task_get(tx, scope, task_id, lock=True)
+            task = await task_store.task_get(tx, scope, task_id, lock=True)
             if task is None:
                 raise NotFound("no such task")
             try:
@@ -461,7 +466,7 @@ class TaskService:
                     f"only failed, cancelled or needs_review tasks can be retried, not {task.state}"
                 ) from None
             await apply(tx, [change], self._clock.now())
-            reopened = await store.task_get(tx, scope, task_id)
+            reopened = await task_store.task_get(tx, scope, task_id)
             assert reopened is not None
             await self._audit.record(
                 tx, scope=scope, actor=actor, action="task.retry", target_kind="task",
@@ -503,7 +508,7 @@ class TaskService:
     ) -> Task:
         """:meth:`resolve` in the caller's transaction (a workflow step's resolution)."""
         event = Event.RESOLVE_SUCCEEDED if succeeded else Event.RESOLVE_FAILED
-        task = await store.task_get(tx, scope, task_id, lock=True)
+        task = await task_store.task_get(tx, scope, task_id, lock=True)
         if task is None:
             raise NotFound("no such task")
         try:
@@ -517,7 +522,7 @@ class TaskService:
             tx, scope=scope, actor=actor, action="task.resolve", target_kind="task",
             target_id=task_id, details={"outcome": str(change.after)},
         )  # fmt: skip
-        resolved = await store.task_get(tx, scope, task_id)
+        resolved = await task_store.task_get(tx, scope, task_id)
         assert resolved is not None
         return resolved
 
@@ -527,7 +532,7 @@ class TaskService:
         ``max_pending``): a caller that met ``QueueFull`` creates what fits."""
         room = {}
         for name in sorted(set(queues)):
-            queue = await store.queue_get(tx, scope, name)
+            queue = await queue_store.queue_get(tx, scope, name)
             if queue is not None and queue.max_pending is not None:
                 room[name] = max(0, queue.max_pending - queue.pending)
         return room
@@ -535,7 +540,7 @@ class TaskService:
     @staticmethod
     async def read_many_in(tx: Tx, task_ids: Sequence[str]) -> list[Task]:
         """Tasks by id (any scope: the caller knows them from their result events)."""
-        return await lstore.tasks_get_many(tx, task_ids) if task_ids else []
+        return await task_store.tasks_get_many(tx, task_ids) if task_ids else []
 
 
 class QueueService:
@@ -546,7 +551,7 @@ class QueueService:
 
     async def list_queues(self, scope: Scope, *, limit: int, after: str | None) -> list[QueueView]:
         async def unit(tx: Tx) -> list[QueueView]:
-            queues = await store.queue_list(tx, scope, limit=limit, after=after or "")
+            queues = await queue_store.queue_list(tx, scope, limit=limit, after=after or "")
             return [await self._view(tx, q) for q in queues]
 
         return await self._db.read(unit)
@@ -555,8 +560,8 @@ class QueueService:
     async def _view(tx: Tx, queue: Queue) -> QueueView:
         return QueueView(
             queue=queue,
-            counts=await store.queue_state_counts(tx, queue.scope, queue.name),
-            oldest_ready_at=await store.queue_oldest_ready_at(tx, queue.scope, queue.name),
+            counts=await task_store.queue_state_counts(tx, queue.scope, queue.name),
+            oldest_ready_at=await ready_store.queue_oldest_ready_at(tx, queue.scope, queue.name),
         )
 
     async def update(
@@ -564,22 +569,22 @@ class QueueService:
     ) -> QueueView:
         async def unit(tx: Tx) -> QueueView:
             now = self._clock.now()
-            queue = await store.queue_lock_or_create(tx, scope, name, now)
-            settings: dict[str, Any] = {
-                "paused": queue.paused if change.paused is None else change.paused,
-                "concurrency_limit": None
+            queue = await queue_store.queue_lock_or_create(tx, scope, name, now)
+            config = queue_store.QueueConfig(
+                paused=queue.paused if change.paused is None else change.paused,
+                concurrency_limit=None
                 if change.clear_concurrency_limit
                 else change.concurrency_limit or queue.concurrency_limit,
-                "key_concurrency": change.key_concurrency or queue.key_concurrency,
-                "max_pending": None
+                key_concurrency=change.key_concurrency or queue.key_concurrency,
+                max_pending=None
                 if change.clear_max_pending
                 else change.max_pending or queue.max_pending,
-            }
-            await store.queue_update_settings(tx, scope, name, now=now, **settings)
-            if settings["key_concurrency"] != queue.key_concurrency:
+            )
+            await queue_store.queue_update_settings(tx, scope, name, config, now)
+            if config.key_concurrency != queue.key_concurrency:
                 # Each waiting key admits as many tasks as its permits now allow (or fewer).
                 await admit_keys(
-                    tx, scope, name, await lstore.queue_pending_keys(tx, scope, name), now
+                    tx, scope, name, await task_store.queue_pending_keys(tx, scope, name), now
                 )
             await self._audit.record(
                 tx,
@@ -588,9 +593,9 @@ class QueueService:
                 action="queue.update",
                 target_kind="queue",
                 target_id=name,
-                details=settings,
+                details=dataclasses.asdict(config),
             )
-            updated = await store.queue_get(tx, scope, name)
+            updated = await queue_store.queue_get(tx, scope, name)
             assert updated is not None
             return await self._view(tx, updated)
 

@@ -14,9 +14,8 @@ from orbit_server.ids import new_id
 from orbit_server.pulse.worker import LeaseRef
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
-from orbit_server.store import leases as lstore
 from orbit_server.store import sessions as sstore
-from orbit_server.store import tasks as tstore
+from orbit_server.store import tasks as task_store
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,29 +59,23 @@ class SessionService:
 
         async def unit(tx: Tx) -> OpenedSession:
             now = self._clock.now()
-            await sstore.session_insert(
-                tx, session_id=session_id, scope=scope, node=self._node, worker_id=worker_id,
-                key_id=key_id, capacity=capacity, handlers=handlers, now=now,
-            )  # fmt: skip
+            session = sstore.NewSession(
+                session_id, scope, self._node, worker_id, key_id, capacity, handlers
+            )
+            await sstore.session_insert(tx, session, now)
             continuing: list[LeaseRef] = []
             stopped: list[LeaseRef] = []
-            rows = await lstore.tasks_lock_many_in(tx, scope, [h.task_id for h in held])
+            rows = await task_store.tasks_lock_many_in(tx, scope, [h.task_id for h in held])
             for one in sorted(held, key=lambda r: (r.task_id, r.attempt)):
                 ref = LeaseRef(one.task_id, one.attempt, one.lease_token, session_id)
                 task = rows.get(one.task_id)
+                adoption = task_store.LeaseAdoption(
+                    one.task_id, one.attempt, one.lease_token, session_id, self._node, worker_id
+                )
                 adopted = (  # rows of other scopes were not read
                     task is not None
                     and (queues is None or task.queue in queues)
-                    and await tstore.task_adopt(
-                        tx,
-                        one.task_id,
-                        one.attempt,
-                        one.lease_token,
-                        session_id=session_id,
-                        node=self._node,
-                        worker_id=worker_id,
-                        now=now,
-                    )
+                    and await task_store.task_adopt(tx, adoption, now)
                 )
                 (continuing if adopted else stopped).append(ref)
             return OpenedSession(session_id, continuing, stopped)

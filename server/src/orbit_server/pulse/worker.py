@@ -48,9 +48,9 @@ from orbit_server.pulse.states import (
 from orbit_server.pulse.transitions import Transition, transition
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
-from orbit_server.store import leases as lstore
-from orbit_server.store import pulse as store
-from orbit_server.store import tasks as tstore
+from orbit_server.store import attempts as attempt_store
+from orbit_server.store import gates as gate_store
+from orbit_server.store import tasks as task_store
 
 __all__ = [
     "ClaimRequest",
@@ -81,7 +81,7 @@ def _holds(task: Task | LockedTask, ref: LeaseRef) -> bool:
 
 
 async def _lock_fenced(tx: Tx, ref: LeaseRef) -> Task | None:
-    return await lstore.task_lock_fenced(
+    return await task_store.task_lock_fenced(
         tx, ref.task_id, ref.attempt, ref.lease_token, ref.session_id
     )
 
@@ -153,7 +153,7 @@ class WorkerService:
         open start together, a few statements per distinct timeout; the gates are read in one
         statement under their shared lock, after the tasks' rows (the order of a single
         start). Answers the indexes it handled; the rest go one by one."""
-        rows = await lstore.tasks_lock_many(tx, [r.task_id for r in refs])
+        rows = await task_store.tasks_lock_many(tx, [r.task_id for r in refs])
         candidates: list[tuple[int, LockedTask]] = []
         seen: set[str] = set()
         for i, ref in enumerate(refs):
@@ -167,7 +167,7 @@ class WorkerService:
             ):
                 candidates.append((i, task))
                 seen.add(task.id)
-        gates = await lstore.gates_open(
+        gates = await gate_store.gates_open(
             tx, [g for _, t in candidates if (g := t.gate_id) is not None]
         )
         groups: dict[int, list[int]] = defaultdict(list)  # timeout → indexes
@@ -178,7 +178,7 @@ class WorkerService:
         answers: dict[int, StartAnswer] = {}
         for timeout_ms, indexes in sorted(groups.items()):
             expires_at, deadline = self._started_lease(now, timeout_ms)
-            await tstore.tasks_start_many(
+            await task_store.tasks_start_many(
                 tx, [refs[i].task_id for i in indexes], expires_at=expires_at,
                 deadline_at=deadline, now=now,
             )  # fmt: skip
@@ -200,7 +200,7 @@ class WorkerService:
         if task.state != TaskState.LEASED:
             return StartAnswer(ref, StartVerdict.STALE)
         if task.gate_id is not None:
-            gates = await lstore.gates_open(tx, [task.gate_id])
+            gates = await gate_store.gates_open(tx, [task.gate_id])
             if not gates[task.gate_id]:
                 await apply(
                     tx, [transition(task, Event.START_DENIED_GATE, cause="gate_closed")], now
@@ -215,10 +215,9 @@ class WorkerService:
         """A leased task (locked, fenced, its gate checked) starts: the lease end and deadline."""
         decide(TaskState.LEASED, Event.START)
         expires_at, deadline = self._started_lease(now, task.timeout_ms)
-        await tstore.task_set_running(
-            tx, task.id, ref.attempt, ref.lease_token, expires_at, now, deadline_at=deadline
-        )
-        await lstore.attempts_update_many(tx, [lstore.AttemptUpdate(
+        start = task_store.TaskStart(task.id, ref.attempt, ref.lease_token, expires_at, deadline)
+        await task_store.task_set_running(tx, start, now)
+        await attempt_store.attempts_update_many(tx, [attempt_store.AttemptUpdate(
             task.id, ref.attempt, AttemptState.RUNNING, started_at=now,
             lease_expires_at=expires_at,
         )])  # fmt: skip
@@ -233,7 +232,7 @@ class WorkerService:
         async def unit(tx: Tx) -> list[Renewal]:
             now = self._clock.now()
             expires_at = now + self._lease
-            rows = await lstore.tasks_lock_many(tx, [r.task_id for r in refs])
+            rows = await task_store.tasks_lock_many(tx, [r.task_id for r in refs])
             held = {
                 ref
                 for ref in refs
@@ -242,7 +241,7 @@ class WorkerService:
                 and task.state in (TaskState.LEASED, TaskState.RUNNING)
                 and not _expired(task, now)
             }
-            await tstore.tasks_renew_many(tx, [r.task_id for r in held], expires_at, now)
+            await task_store.tasks_renew_many(tx, [r.task_id for r in held], expires_at, now)
             out: list[Renewal] = []
             for ref in refs:
                 task = rows[ref.task_id] if ref in held else None
@@ -285,7 +284,7 @@ class WorkerService:
 
         async def unit(tx: Tx) -> list[Outcome]:
             now = self._clock.now()
-            rows = await lstore.tasks_lock_many(tx, [r.ref.task_id for r in reports])
+            rows = await task_store.tasks_lock_many(tx, [r.ref.task_id for r in reports])
             locked: list[LockedTask | None] = []
             for report in reports:  # fenced: the row only if this lease still holds it
                 task = rows.get(report.ref.task_id)
@@ -376,7 +375,7 @@ class WorkerService:
         this attempt already made; refuse anything else (expired, re-claimed, never started)."""
         if task is None or task.state in (TaskState.LEASED, TaskState.RUNNING):
             return Outcome.STALE
-        attempt = await lstore.attempt_get(tx, ref.task_id, ref.attempt)
+        attempt = await attempt_store.attempt_get(tx, ref.task_id, ref.attempt)
         if attempt is None or attempt.ended_at is None:
             return Outcome.STALE
         reported = attempt.cause in ("completed", "cancelled", "error")
@@ -431,9 +430,9 @@ class WorkerService:
 
         return await self._db.run(unit)
 
-    async def session_leases(self, session_id: str) -> list[lstore.HeldLease]:
-        async def unit(tx: Tx) -> list[lstore.HeldLease]:
-            return await lstore.session_leases(tx, session_id)
+    async def session_leases(self, session_id: str) -> list[task_store.HeldLease]:
+        async def unit(tx: Tx) -> list[task_store.HeldLease]:
+            return await task_store.session_leases(tx, session_id)
 
         return await self._db.read(unit)
 
@@ -446,8 +445,8 @@ class WorkerService:
         async def unit(tx: Tx) -> int:
             now = self._clock.now()
             changes: list[Transition] = []
-            for task_id, scope in await lstore.leases_expired(tx, now, limit=limit):
-                task = await store.task_get(tx, scope, task_id, lock=True)
+            for task_id, scope in await task_store.leases_expired(tx, now, limit=limit):
+                task = await task_store.task_get(tx, scope, task_id, lock=True)
                 if task is None or task.lease_expires_at is None or task.lease_expires_at > now:
                     continue
                 if task.state == TaskState.LEASED:
@@ -480,10 +479,10 @@ class WorkerService:
 
         async def unit(tx: Tx) -> int:
             now = self._clock.now()
-            due = await lstore.scheduled_due(tx, now, limit=limit)
+            due = await task_store.scheduled_due(tx, now, limit=limit)
             if not due:
                 return 0
-            await tstore.tasks_set_pending_many(tx, [t.id for t in due], now)
+            await task_store.tasks_set_pending_many(tx, [t.id for t in due], now)
             keys: dict[tuple[Scope, str], set[str]] = defaultdict(set)
             for task in due:
                 if task.concurrency_key is None:

@@ -28,6 +28,7 @@ import msgspec
 import structlog
 
 from orbit_server.errors import DatabaseBusy, DatabaseUnavailable
+from orbit_server.scope import Scope
 from orbit_server.store.events import EventBus
 from orbit_server.store.sql import Dialect, QueryBook
 
@@ -248,6 +249,21 @@ def to_db_time(moment: datetime) -> datetime:
 def json_or_none(value: Any) -> str | None:
     """A nullable JSON column's text: NULL for None, else the value's JSON."""
     return None if value is None else msgspec.json.encode(value).decode()
+
+
+def json_value(text: str | None) -> Any:
+    """A nullable JSON column's value: None for NULL, else the decoded JSON."""
+    return None if text is None else msgspec.json.decode(text)
+
+
+def scope_params(scope: Scope) -> dict[str, Any]:
+    """The ``:tenant`` and ``:environment`` parameters of a scoped query."""
+    return {"tenant": scope.tenant, "environment": scope.environment}
+
+
+def row_scope(row: Row) -> Scope:
+    """The scope of a row that has ``tenant`` and ``environment`` columns."""
+    return Scope(str(row["tenant"]), str(row["environment"]))
 
 
 def json_table_rows(rows: Sequence[Mapping[str, Any]]) -> str:

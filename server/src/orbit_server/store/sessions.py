@@ -1,5 +1,5 @@
-"""Store methods of worker sessions: one row per worker connection, the queues it serves, and
-the fenced move of a lease to the session a worker reconnected with."""
+"""Store methods of worker sessions: one row per worker connection and the queues it serves
+(a lease moves to the session a worker reconnected with in ``tasks.task_adopt``)."""
 
 from __future__ import annotations
 
@@ -27,38 +27,40 @@ class SessionRecord:
     closed_at: datetime | None
 
 
-async def session_insert(
-    tx: Tx,
-    *,
-    session_id: str,
-    scope: Scope,
-    node: str,
-    worker_id: str,
-    key_id: str,
-    capacity: int,
-    handlers: list[dict[str, Any]],
-    now: datetime,
-) -> None:
+@dataclass(frozen=True, slots=True)
+class NewSession:
+    """A worker connection as ``session_insert`` records it, open from ``now``."""
+
+    id: str
+    scope: Scope
+    node: str
+    worker_id: str
+    key_id: str
+    capacity: int
+    handlers: list[dict[str, Any]]
+
+
+async def session_insert(tx: Tx, session: NewSession, now: datetime) -> None:
     """A new open session and one row per queue it serves."""
-    where = {"tenant": scope.tenant, "environment": scope.environment}
+    where = {"tenant": session.scope.tenant, "environment": session.scope.environment}
     await tx.execute(
         "session_insert",
         {
             **where,
-            "id": session_id,
-            "node": node,
-            "worker_id": worker_id,
-            "key_id": key_id,
-            "capacity": capacity,
-            "handlers": msgspec.json.encode(handlers).decode(),
+            "id": session.id,
+            "node": session.node,
+            "worker_id": session.worker_id,
+            "key_id": session.key_id,
+            "capacity": session.capacity,
+            "handlers": msgspec.json.encode(session.handlers).decode(),
             "now": now,
         },
     )
     await tx.execute_many(
         "session_queue_insert",
         [
-            {**where, "queue": q, "session_id": session_id}
-            for q in sorted({str(h["queue"]) for h in handlers})
+            {**where, "queue": q, "session_id": session.id}
+            for q in sorted({str(h["queue"]) for h in session.handlers})
         ],
     )
 

@@ -22,7 +22,8 @@ from orbit_server.errors import NotFound
 from orbit_server.pulse.service import TaskService
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
-from orbit_server.store import weave as store
+from orbit_server.store import steps as step_store
+from orbit_server.store import workflows as workflow_store
 from orbit_server.weave import engine
 from orbit_server.weave.apply import Advance, apply, load
 from orbit_server.weave.definition import Definition
@@ -91,7 +92,7 @@ class Advancement:
         """Lock the instances in id order, plan their ``events`` and write the plans.
         ``defer``: new tasks that do not fit their queue wait, pending (an instance alone
         after a full queue). Instances that are gone are passed over."""
-        instances = await store.workflows_lock_many(tx, workflow_ids)
+        instances = await workflow_store.workflows_lock_many(tx, workflow_ids)
         views: list[View] = []
         definitions: list[Definition] = []
         for workflow in instances:
@@ -161,7 +162,7 @@ class Advancement:
         plan changed the instance or asks for it) and commit; then :meth:`after`."""
 
         async def unit(tx: Tx) -> Advance:
-            workflow = await store.workflow_lock(tx, workflow_id)
+            workflow = await workflow_store.workflow_lock(tx, workflow_id)
             if workflow is None or (scope is not None and workflow.scope != scope):
                 raise NotFound("no such workflow")
             definition = await self.definitions.load(
@@ -187,25 +188,25 @@ class Advancement:
         """End an instance ``failed`` without its definition (the way out for one that cannot
         advance): its running step tasks are cancelled, its active executions too. None: it
         is gone or finished."""
-        found = await store.workflows_lock_many(tx, [workflow_id])
+        found = await workflow_store.workflows_lock_many(tx, [workflow_id])
         if not found or found[0].state in FINISHED:
             return None
         workflow = found[0]
         now = self._clock.now()
         advance = Advance(wf=workflow, was_finished=False, changed=True)
-        rows = await store.workflow_steps_in_states(tx, [workflow_id], list(ACTIVE))
+        rows = await step_store.workflow_steps_in_states(tx, [workflow_id], list(ACTIVE))
         for row in rows:
             if row.task_id is not None and row.state == StepState.RUNNING:
                 with contextlib.suppress(NotFound):
                     await self._pulse.cancel(tx, workflow.scope, row.task_id, "the workflow failed")
-        await store.workflow_steps_update_many(tx, [
+        await step_store.workflow_steps_update_many(tx, [
             replace(r, state=StepState.CANCELLED, ended_at=now, due_at=None,
                     wake_at=None, followed=True, updated_at=now)
             for r in rows
         ])  # fmt: skip
         advance.wf = replace(workflow, state=WorkflowState.FAILED, error=error,
                              finished_at=now, updated_at=now)  # fmt: skip
-        await store.workflows_update_many(tx, [advance.wf])
+        await workflow_store.workflows_update_many(tx, [advance.wf])
         return advance
 
     # -- after the commit ---------------------------------------------------------------------

@@ -16,7 +16,9 @@ from orbit_server.audit import Actor
 from orbit_server.pulse.model import Task
 from orbit_server.scope import Scope
 from orbit_server.store import Tx
-from orbit_server.store import weave as store
+from orbit_server.store import signals as signal_store
+from orbit_server.store import steps as step_store
+from orbit_server.store import workflows as workflow_store
 from orbit_server.store.base import chunks
 from orbit_server.weave.engine import ACTIVE, FINISHED, StepState
 from orbit_server.weave.model import StepExecution, Workflow
@@ -81,7 +83,7 @@ async def load(tx: Tx, wanted: Sequence[tuple[View, Sequence[Need]]]) -> None:
     for part in chunks(list(dict.fromkeys((v.workflow.id, k) for v, k in keys)), 200):
         for view, key in ((by_instance[w], k) for w, k in part):
             view.rows[key] = None  # known absent unless read below
-        for found in await store.workflow_steps_get_many(tx, part):
+        for found in await step_store.workflow_steps_get_many(tx, part):
             by_instance[found.workflow_id].rows[found.key] = found
 
 
@@ -90,34 +92,38 @@ async def _load_one(tx: Tx, view: View, need: Need) -> None:
     if isinstance(need, Items):
         if need.key in view.items:
             raise PlannedTwice(need)
-        view.items[need.key] = await store.workflow_step_items(tx, wf, need.key)
+        view.items[need.key] = await step_store.workflow_step_items(tx, wf, need.key)
     elif isinstance(need, Outputs):
         if need.key in view.outputs:
             raise PlannedTwice(need)
-        view.outputs[need.key] = await store.workflow_step_outputs(tx, wf, need.key)
+        view.outputs[need.key] = await step_store.workflow_step_outputs(tx, wf, need.key)
     elif isinstance(need, OldestSignal):
         if need.name in view.signals:
             raise PlannedTwice(need)
-        view.signals[need.name] = await store.workflow_signal_oldest_pending(tx, wf, need.name)
+        view.signals[need.name] = await signal_store.workflow_signal_oldest_pending(
+            tx, wf, need.name
+        )
     elif isinstance(need, SignalByKey):
         if need.key in view.signal_keys:
             raise PlannedTwice(need)
-        view.signal_keys[need.key] = await store.workflow_signal_get_by_key(tx, wf, need.key)
+        view.signal_keys[need.key] = await signal_store.workflow_signal_get_by_key(tx, wf, need.key)
     elif isinstance(need, Unfollowed):
         if view.unfollowed is not None:
             raise PlannedTwice(need)
-        view.unfollowed = await store.workflow_steps_unfollowed(tx, wf)
+        view.unfollowed = await step_store.workflow_steps_unfollowed(tx, wf)
         _know(view, view.unfollowed)
     elif isinstance(need, Reviewing):
         if view.reviewing is not None:
             raise PlannedTwice(need)
-        view.reviewing = await store.workflow_steps_count_in_state(tx, wf, StepState.NEEDS_REVIEW)
+        view.reviewing = await step_store.workflow_steps_count_in_state(
+            tx, wf, StepState.NEEDS_REVIEW
+        )
 
 
 async def _load_active(tx: Tx, views: Sequence[View]) -> None:
     """Every active execution of each instance, in one statement for all of them."""
     found: dict[str, list[StepExecution]] = {v.workflow.id: [] for v in views}
-    for row in await store.workflow_steps_in_states(tx, list(found), list(ACTIVE)):
+    for row in await step_store.workflow_steps_in_states(tx, list(found), list(ACTIVE)):
         found[row.workflow_id].append(row)
     for view in views:
         view.active = found[view.workflow.id]
@@ -162,10 +168,10 @@ async def apply(
     changed = [(p, a) for p, a in zip(plans, done, strict=True) if p.changed or p.new_instance]
     for plan, _ in changed:
         if plan.new_instance:  # last: a duplicate idempotency key rolls it all back
-            await store.workflow_insert(tx, plan.workflow)
+            await workflow_store.workflow_insert(tx, plan.workflow)
     existing = [p.workflow for p, _ in changed if not p.new_instance]
     for part in chunks(existing, 500):
-        await store.workflows_update_many(tx, part)
+        await workflow_store.workflows_update_many(tx, part)
     return done
 
 
@@ -175,12 +181,12 @@ async def _apply_pulse(
     """A plan's writes that come before its rows: waits re-armed, signals, Pulse's part."""
     wf = plan.workflow
     if plan.rearm:
-        await store.workflow_steps_rearm(tx, wf.id)
+        await step_store.workflow_steps_rearm(tx, wf.id)
     for signal in plan.signals:
-        await store.workflow_signal_insert(tx, signal)
+        await signal_store.workflow_signal_insert(tx, signal)
     assert plan.now is not None
     for signal_id, key in plan.deliveries:
-        await store.workflow_signal_deliver(tx, signal_id, key, plan.now)
+        await signal_store.workflow_signal_deliver(tx, signal_id, key, plan.now)
     if plan.gate_open is not None:
         await pulse.gate(tx, wf.scope, wf.gate_id, open_=plan.gate_open)
     for task_id, reason in plan.cancels:
@@ -209,10 +215,10 @@ async def _write_rows(tx: Tx, plans: Sequence[Plan], done: Sequence[Advance]) ->
         new += plan.new_rows
         items.update({(plan.workflow.id, k): v for k, v in plan.items.items()})
     for part in chunks(new, 500):
-        await store.workflow_steps_insert(tx, part, items)
+        await step_store.workflow_steps_insert(tx, part, items)
     changed = [r for p in plans for r in p.changed_rows]
     for part in chunks(changed, 500):
-        await store.workflow_steps_update_many(tx, part)
+        await step_store.workflow_steps_update_many(tx, part)
     for plan in plans:
         for key in plan.set_items:
-            await store.workflow_step_set_items(tx, plan.workflow.id, key, plan.items[key])
+            await step_store.workflow_step_set_items(tx, plan.workflow.id, key, plan.items[key])

@@ -29,7 +29,7 @@ from orbit_server.pulse.loops import log_skipped
 from orbit_server.pulse.model import ResultEvent
 from orbit_server.pulse.service import TaskService
 from orbit_server.store import Database, Tx
-from orbit_server.store import weave as store
+from orbit_server.store import steps as step_store
 from orbit_server.weave.advance import Advance
 from orbit_server.weave.service import WorkflowService
 from orbit_server.weave.view import Due, Event, TaskEnded
@@ -165,7 +165,7 @@ class Runner:
         now = self._clock.now()
 
         async def read(tx: Tx) -> list[tuple[str, str]]:
-            return await store.workflow_steps_due(tx, now, limit=self.batch)
+            return await step_store.workflow_steps_due(tx, now, limit=self.batch)
 
         due = await self._db.read(read)
         by_instance: dict[str, list[str]] = defaultdict(list)
@@ -195,7 +195,7 @@ class Runner:
 
     async def next_wake(self) -> datetime | None:
         async def read(tx: Tx) -> datetime | None:
-            return await store.workflow_steps_next_wake(tx)
+            return await step_store.workflow_steps_next_wake(tx)
 
         return await self._db.read(read)
 

@@ -26,7 +26,10 @@ from orbit_server.pulse.gates import GateService
 from orbit_server.pulse.service import TaskService
 from orbit_server.scope import Scope
 from orbit_server.store import Database, DuplicateKey, Tx
-from orbit_server.store import weave as store
+from orbit_server.store import definitions as definition_store
+from orbit_server.store import signals as signal_store
+from orbit_server.store import steps as step_store
+from orbit_server.store import workflows as workflow_store
 from orbit_server.weave.advance import Advance, Advancement
 from orbit_server.weave.definition import (
     Definition,
@@ -116,12 +119,14 @@ class WorkflowService:
         )  # fmt: skip
 
         async def unit(tx: Tx) -> tuple[StoredDefinition, bool]:
-            existing = await store.workflow_definition_get(tx, scope, record.name, record.version)
+            existing = await definition_store.workflow_definition_get(
+                tx, scope, record.name, record.version
+            )
             if existing is None:
                 try:
-                    await store.workflow_definition_insert(tx, record)
+                    await definition_store.workflow_definition_insert(tx, record)
                 except DuplicateKey:
-                    existing = await store.workflow_definition_get(
+                    existing = await definition_store.workflow_definition_get(
                         tx, scope, record.name, record.version
                     )
                     assert existing is not None
@@ -144,7 +149,7 @@ class WorkflowService:
 
     async def definition(self, scope: Scope, name: str, version: str) -> StoredDefinition:
         async def unit(tx: Tx) -> StoredDefinition | None:
-            return await store.workflow_definition_get(tx, scope, name, version)
+            return await definition_store.workflow_definition_get(tx, scope, name, version)
 
         found = await self._db.read(unit)
         if found is None:
@@ -155,7 +160,7 @@ class WorkflowService:
         self, scope: Scope, *, name: str | None, after: tuple[str, str] | None, limit: int
     ) -> list[StoredDefinition]:
         async def unit(tx: Tx) -> list[StoredDefinition]:
-            return await store.workflow_definitions_list(
+            return await definition_store.workflow_definitions_list(
                 tx, scope, name=name, after=after, limit=limit
             )
 
@@ -179,7 +184,9 @@ class WorkflowService:
             definition = await self.definitions.load(tx, scope, name, version)
             digest = _request_hash(name, version, input_)
             if idempotency_key is not None:
-                existing = await store.workflow_get_by_idempotency_key(tx, scope, idempotency_key)
+                existing = await workflow_store.workflow_get_by_idempotency_key(
+                    tx, scope, idempotency_key
+                )
                 if existing is not None:
                     return _replayed(existing, digest), None, None
             now = self._clock.now()
@@ -202,7 +209,9 @@ class WorkflowService:
                 raise
 
             async def replay(tx: Tx) -> Workflow | None:
-                return await store.workflow_get_by_idempotency_key(tx, scope, idempotency_key)
+                return await workflow_store.workflow_get_by_idempotency_key(
+                    tx, scope, idempotency_key
+                )
 
             existing = await self._db.read(replay)
             if existing is None:
@@ -224,7 +233,7 @@ class WorkflowService:
 
     async def get(self, scope: Scope, workflow_id: str) -> Workflow:
         async def unit(tx: Tx) -> Workflow | None:
-            return await store.workflow_get(tx, scope, workflow_id)
+            return await workflow_store.workflow_get(tx, scope, workflow_id)
 
         found = await self._db.read(unit)
         if found is None:
@@ -238,17 +247,19 @@ class WorkflowService:
             await self._wait(scope, workflow_id, wait_ms)
 
         async def unit(tx: Tx) -> Inspection | None:
-            workflow = await store.workflow_get(tx, scope, workflow_id)
+            workflow = await workflow_store.workflow_get(tx, scope, workflow_id)
             if workflow is None:
                 return None
             definition = await self.definitions.load(
                 tx, scope, workflow.definition, workflow.version
             )
-            rows = await store.workflow_steps_main(tx, workflow_id, limit=MAX_STEPS_SHOWN)
-            active = await store.workflow_steps_in_states(
+            rows = await step_store.workflow_steps_main(tx, workflow_id, limit=MAX_STEPS_SHOWN)
+            active = await step_store.workflow_steps_in_states(
                 tx, [workflow_id], [StepState.WAITING, StepState.PENDING]
             )
-            signals = await store.workflow_signals_pending(tx, workflow_id, limit=MAX_WAITS_SHOWN)
+            signals = await signal_store.workflow_signals_pending(
+                tx, workflow_id, limit=MAX_WAITS_SHOWN
+            )
             return Inspection(
                 workflow=workflow,
                 steps=rows,
@@ -293,7 +304,7 @@ class WorkflowService:
         limit: int,
     ) -> list[Workflow]:
         async def unit(tx: Tx) -> list[Workflow]:
-            return await store.workflows_list(
+            return await workflow_store.workflows_list(
                 tx, scope, definition=definition, state=state, before=before, limit=limit
             )
 
@@ -305,9 +316,9 @@ class WorkflowService:
         """Every step execution (map items and poll rounds too), in creation order."""
 
         async def unit(tx: Tx) -> list[StepExecution] | None:
-            if await store.workflow_get(tx, scope, workflow_id) is None:
+            if await workflow_store.workflow_get(tx, scope, workflow_id) is None:
                 return None
-            return await store.workflow_steps_list(tx, workflow_id, after=after, limit=limit)
+            return await step_store.workflow_steps_list(tx, workflow_id, after=after, limit=limit)
 
         found = await self._db.read(unit)
         if found is None:
@@ -324,16 +335,17 @@ class WorkflowService:
 
         async def unit(tx: Tx) -> int:
             removed = 0
-            for workflow_id, gate_id in await store.workflows_finished_before(
+            for workflow_id, gate_id in await workflow_store.workflows_finished_before(
                 tx, before, limit=100
             ):
                 left = budget - removed
                 if left <= 0:
                     break
-                steps = await store.workflow_steps_delete_some(tx, workflow_id, limit=left)
+                steps = await step_store.workflow_steps_delete_some(tx, workflow_id, limit=left)
                 removed += steps
                 if steps < left:  # its steps are gone
-                    await store.workflow_delete(tx, workflow_id)
+                    await signal_store.workflow_signals_delete(tx, workflow_id)
+                    await workflow_store.workflow_delete(tx, workflow_id)
                     await self._gates.delete_in(tx, gate_id)
                     removed += 1
             return removed

@@ -40,8 +40,3 @@ DELETE FROM worker_session_queues WHERE session_id IN (:ids)
 
 -- name: sessions_delete
 DELETE FROM worker_sessions WHERE id IN (:ids)
-
--- name: task_adopt
-UPDATE tasks SET session_id = :session_id, node = :node, worker_id = :worker_id, updated_at = :now
- WHERE id = :id AND lease_epoch = :epoch AND lease_token = :token
-   AND state IN (:task.leased, :task.running) AND lease_expires_at > :now

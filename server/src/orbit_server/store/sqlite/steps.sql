@@ -6,12 +6,6 @@ UPDATE workflow_steps
        ended_at = :ended_at, updated_at = :updated_at
  WHERE workflow_id = :workflow_id AND step_key = :step_key
 
--- name: workflows_update_many
-UPDATE workflows
-   SET state = :state, output = :output, error = :error, context = :context,
-       control_version = :control_version, updated_at = :updated_at, finished_at = :finished_at
- WHERE id = :id
-
 -- name: workflow_steps_delete_some
 DELETE FROM workflow_steps WHERE rowid IN (
   SELECT rowid FROM workflow_steps WHERE workflow_id = :workflow_id LIMIT :limit)

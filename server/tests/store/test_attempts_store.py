@@ -1,0 +1,100 @@
+"""Conformance: the attempts' store methods, on every dialect."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+import pytest
+
+from orbit_server.clock import FakeClock
+from orbit_server.pulse.model import Attempt, Task
+from orbit_server.pulse.states import AttemptState
+from orbit_server.store import Database, Tx
+from orbit_server.store import attempts as attempt_store
+from orbit_server.store.attempts import AttemptUpdate
+from tests.store.builders import LEASE, task
+
+A = AttemptState
+
+
+def leased(clock: FakeClock, task_id: str, epoch: int = 1) -> Task:
+    """A task as its lease left it (attempt rows need no task row)."""
+    return dataclasses.replace(
+        task(clock, task_id), lease_epoch=epoch, worker_id="w1", session_id="ses_1",
+        node="node-a", lease_expires_at=clock.now() + LEASE,
+    )  # fmt: skip
+
+
+@pytest.mark.covers("attempts_insert", "attempts_update_many", "attempt_get", "attempt_list")
+async def test_an_attempt_is_numbered_by_its_lease_and_follows_the_previous_end(
+    db: Database, clock: FakeClock
+) -> None:
+    now = clock.now()
+    ended = now + timedelta(seconds=10)  # another node's clock ahead of this one's
+    failure = AttemptUpdate("a", 1, A.FAILED, cause="error", started_at=now, ended_at=ended,
+                            error={"message": "boom"})  # fmt: skip
+
+    async def unit(tx: Tx) -> None:
+        await attempt_store.attempts_insert(tx, [leased(clock, "a"), leased(clock, "b")], now)
+        await attempt_store.attempts_update_many(tx, [failure])
+        await attempt_store.attempts_update_many(tx, [])
+        await attempt_store.attempts_insert(tx, [leased(clock, "a", epoch=2)], now)
+
+    await db.run(unit)
+
+    async def read(tx: Tx) -> tuple[object, ...]:
+        return (
+            [(a.number, a.state, a.leased_at) for a in await attempt_store.attempt_list(tx, "a")],
+            await attempt_store.attempt_get(tx, "a", 1),
+            await attempt_store.attempt_get(tx, "a", 3),
+            await attempt_store.attempt_get(tx, "b", 1),
+        )
+
+    numbers, first, missing, other = await db.read(read)
+    assert numbers == [(1, A.FAILED, now), (2, A.LEASED, ended)]
+    assert isinstance(first, Attempt) and missing is None
+    assert (first.cause, first.error, first.started_at, first.ended_at) == (
+        "error", {"message": "boom"}, now, ended,
+    )  # fmt: skip
+    assert (first.worker_id, first.session_id, first.node) == ("w1", "ses_1", "node-a")
+    assert isinstance(other, Attempt) and other.state == A.LEASED
+    assert other.lease_expires_at == now + LEASE and other.started_at is None
+
+
+@pytest.mark.covers(
+    "attempts_start_many", "attempts_end_running_many", "attempts_start_and_end_many",
+    "attempts_delete_for_tasks",
+)  # fmt: skip
+async def test_attempts_start_and_end_set_wise_from_the_state_they_are_in(
+    db: Database, clock: FakeClock
+) -> None:
+    now = clock.now()
+    ids = ["t1", "t2", "t3", "t4"]
+    await db.run(lambda tx: attempt_store.attempts_insert(tx, [leased(clock, t) for t in ids], now))
+    later = clock.advance(timedelta(seconds=5))
+
+    async def unit(tx: Tx) -> list[int]:
+        await attempt_store.attempts_start_many(tx, ["t1", "t2"], expires_at=later + LEASE, now=now)
+        # Each ends only attempts in its own state: t1 (running), then t3 (leased).
+        await attempt_store.attempts_end_running_many(tx, ["t1", "t3"], A.SUCCEEDED, "done", later)
+        await attempt_store.attempts_start_and_end_many(
+            tx, ["t2", "t3"], A.SUCCEEDED, "done", later
+        )
+        return [
+            await attempt_store.attempts_delete_for_tasks(tx, ["t4", "none"]),
+            len(await attempt_store.attempt_list(tx, "t4")),
+        ]
+
+    assert await db.run(unit) == [1, 0]
+
+    async def read(tx: Tx) -> list[tuple[object, ...]]:
+        found = [await attempt_store.attempt_get(tx, t, 1) for t in ("t1", "t2", "t3")]
+        return [(a.state, a.cause, a.started_at, a.ended_at, a.lease_expires_at)
+                for a in found if a is not None]  # fmt: skip
+
+    assert await db.read(read) == [
+        (A.SUCCEEDED, "done", now, later, None),
+        (A.RUNNING, None, now, None, later + LEASE),
+        (A.SUCCEEDED, "done", later, later, None),
+    ]
