@@ -9,11 +9,13 @@ from importlib import resources
 
 import pytest
 
+from orbit_server.pulse.schedule_model import BackfillState
 from orbit_server.pulse.schedules import Outcome as FireOutcome
-from orbit_server.pulse.states import TaskState
+from orbit_server.pulse.states import AttemptState, TaskState
 from orbit_server.store import states
 from orbit_server.store.sql import QueryBook, parse_queries
 from orbit_server.weave.engine import StepState, WorkflowState
+from orbit_server.weave.states import SignalState
 
 ALL_STATES = frozenset().union(*states.PERSISTED.values())
 _LITERAL = re.compile(r"'([^']*)'")
@@ -62,6 +64,9 @@ def test_no_query_compares_a_state_column_with_a_literal() -> None:
         (WorkflowState, states.WORKFLOW),
         (StepState, states.STEP),
         (FireOutcome, states.FIRE),
+        (AttemptState, states.ATTEMPT),
+        (SignalState, states.SIGNAL),
+        (BackfillState, states.BACKFILL),
     ],
 )
 def test_the_domain_enums_match_the_persisted_states(

@@ -169,7 +169,7 @@ class Backfill(msgspec.Struct):
             schedule=b.schedule,
             from_=to_rfc3339(b.from_at) or "",
             to=to_rfc3339(b.to_at) or "",
-            state=b.state,
+            state=str(b.state),
             cursor=to_rfc3339(b.cursor_at),
             fired=b.fired,
             existing=b.existing,

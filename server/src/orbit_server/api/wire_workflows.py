@@ -128,7 +128,7 @@ class Signal(msgspec.Struct):
     @classmethod
     def of(cls, record: weave_model.Signal) -> Signal:
         return cls(
-            record.id, record.name, record.state, record.step_key,
+            record.id, record.name, str(record.state), record.step_key,
             to_rfc3339(record.created_at) or "",
         )  # fmt: skip
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from orbit_server.scope import Scope
@@ -49,6 +50,13 @@ class FireEntry:
     recorded_at: datetime
 
 
+class BackfillState(StrEnum):
+    RUNNING = "running"
+    DONE = "done"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
 @dataclass(frozen=True, slots=True)
 class Backfill:
     id: str
@@ -58,7 +66,7 @@ class Backfill:
     from_at: datetime
     to_at: datetime
     cursor_at: datetime | None
-    state: str  # running | done | cancelled | failed
+    state: BackfillState
     fired: int
     existing: int
     created_at: datetime

@@ -20,7 +20,7 @@ from orbit_server.errors import AlreadyExists, InvalidRequest, NotFound, StateCo
 from orbit_server.ids import new_id
 from orbit_server.pulse.fire_times import InvalidTiming, Timing, check_instant
 from orbit_server.pulse.model import Owner
-from orbit_server.pulse.schedule_model import Backfill, FireEntry, Schedule
+from orbit_server.pulse.schedule_model import Backfill, BackfillState, FireEntry, Schedule
 from orbit_server.pulse.schedules import (
     Catchup,
     Cause,
@@ -385,7 +385,7 @@ class ScheduleService:
             s = await self._find(tx, scope, name, lock=True)
             record = Backfill(
                 id=new_id("bkf_"), schedule_id=s.id, scope=scope, schedule=s.name,
-                from_at=start, to_at=end, cursor_at=None, state="running", fired=0,
+                from_at=start, to_at=end, cursor_at=None, state=BackfillState.RUNNING, fired=0,
                 existing=0, created_at=now, finished_at=None,
             )  # fmt: skip
             await sstore.backfill_insert(tx, record)

@@ -30,7 +30,7 @@ from orbit_server.clock import Clock
 from orbit_server.errors import QueueFull, TransientError
 from orbit_server.pulse.fire_times import InvalidTiming, Timing
 from orbit_server.pulse.model import Owner, Task
-from orbit_server.pulse.schedule_model import Backfill, FireEntry, Schedule
+from orbit_server.pulse.schedule_model import Backfill, BackfillState, FireEntry, Schedule
 from orbit_server.pulse.schedule_service import definition_of
 from orbit_server.pulse.schedules import (
     Catchup,
@@ -339,9 +339,11 @@ class Scheduler:
     async def _fail_backfill(self, failed: Backfill, failure: str) -> None:
         async def unit(tx: Tx) -> None:
             backfill = await sstore.backfill_get(tx, failed.schedule_id, failed.id)
-            if backfill is not None and backfill.state == "running":
+            if backfill is not None and backfill.state == BackfillState.RUNNING:
                 now = self._clock.now()
-                await sstore.backfill_update(tx, _finished(backfill, "failed", now, failure))
+                await sstore.backfill_update(
+                    tx, _finished(backfill, BackfillState.FAILED, now, failure)
+                )
 
         await self._db.run(unit)
 
@@ -350,13 +352,15 @@ class Scheduler:
         room (nothing written)."""
         s = await sstore.schedule_lock_by_id(tx, backfill.schedule_id)
         if s is None:  # the schedule was deleted: its backfills end
-            await sstore.backfill_update(tx, _finished(backfill, "cancelled", now))
+            await sstore.backfill_update(tx, _finished(backfill, BackfillState.CANCELLED, now))
             return 0
         try:
             timing = self._timing(s)
         except InvalidTiming as exc:
             log.error("backfill cannot be planned", schedule=s.name, reason=str(exc))
-            await sstore.backfill_update(tx, _finished(backfill, "failed", now, str(exc)))
+            await sstore.backfill_update(
+                tx, _finished(backfill, BackfillState.FAILED, now, str(exc))
+            )
             return 0
         room = await _room(tx, s)
         budget = self.backfill_budget if room is None else min(self.backfill_budget, room)
@@ -374,11 +378,13 @@ class Scheduler:
                 failure = f"it reached the most slots a backfill covers ({self.backfill_max_slots})"
                 log.warning("backfill stopped", schedule=s.name, backfill=backfill.id,
                             reason=failure)  # fmt: skip
-                await sstore.backfill_update(tx, _finished(backfill, "failed", now, failure))
+                await sstore.backfill_update(
+                    tx, _finished(backfill, BackfillState.FAILED, now, failure)
+                )
                 return 0
         slots = backfill_slots(timing, start, end, backfill.cursor_at, budget=budget)
         if not slots:
-            await sstore.backfill_update(tx, _finished(backfill, "done", now))
+            await sstore.backfill_update(tx, _finished(backfill, BackfillState.DONE, now))
             return 0
         known = await sstore.fires_between(tx, s.id, slots[0], slots[-1])
         firing = [
@@ -403,7 +409,7 @@ class Scheduler:
             existing=backfill.existing + len(slots) - len(firing),
         )  # fmt: skip
         if len(slots) < budget:
-            progressed = _finished(progressed, "done", now)
+            progressed = _finished(progressed, BackfillState.DONE, now)
         await sstore.backfill_update(tx, progressed)
         await self._create_tasks(tx, built, now)
         return len(firing)
@@ -508,6 +514,6 @@ def _ledger(
 
 
 def _finished(
-    backfill: Backfill, state: str, now: datetime, failure: str | None = None
+    backfill: Backfill, state: BackfillState, now: datetime, failure: str | None = None
 ) -> Backfill:
     return replace(backfill, state=state, finished_at=now, failure=failure)

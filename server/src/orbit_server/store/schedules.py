@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from orbit_server.pulse.schedule_model import Backfill, FireEntry, Schedule
+from orbit_server.pulse.schedule_model import Backfill, BackfillState, FireEntry, Schedule
 from orbit_server.scope import Scope
 from orbit_server.store.base import Row, Tx, chunks, json_table_rows
 
@@ -280,7 +280,7 @@ def backfill_from_row(row: Row) -> Backfill:
         from_at=row["from_at"],
         to_at=row["to_at"],
         cursor_at=row["cursor_at"],
-        state=str(row["state"]),
+        state=BackfillState(row["state"]),
         fired=int(row["fired"]),
         existing=int(row["existing"]),
         created_at=row["created_at"],

@@ -8,6 +8,7 @@ from datetime import datetime
 from orbit_server.store.base import Row, Tx, json_value
 from orbit_server.store.base import json_or_none as _json
 from orbit_server.weave.model import Signal
+from orbit_server.weave.states import SignalState
 
 
 def _signal(row: Row) -> Signal:
@@ -17,7 +18,7 @@ def _signal(row: Row) -> Signal:
         name=str(row["name"]),
         payload=json_value(row["payload"]),
         idempotency_key=row["idempotency_key"],
-        state=str(row["state"]),
+        state=SignalState(row["state"]),
         step_key=row["step_key"],
         created_at=row["created_at"],
         delivered_at=row["delivered_at"],

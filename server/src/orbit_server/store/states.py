@@ -2,8 +2,7 @@
 or ``:step.succeeded`` instead of spelling the value as a literal (see :mod:`.sql`).
 
 The store sits below Pulse and Weave, so it cannot import their enums; it keeps the values here
-and a test holds Pulse's and Weave's enums equal to them, so that neither can drift. Kinds with
-no enum of their own (attempts, signals, backfills) are listed from the code that writes them.
+and a test holds Pulse's and Weave's enums equal to them, so that neither can drift.
 """
 
 from __future__ import annotations
@@ -23,8 +22,8 @@ TASK = frozenset(
         "needs_review",
     }
 )
-# task_attempts.state: leased, running, then how the attempt ended (released: given back
-# unstarted, without using an attempt)
+# task_attempts.state: Pulse's AttemptState — leased, running, then how the attempt ended
+# (released: given back unstarted, without using an attempt)
 ATTEMPT = frozenset(
     {"leased", "running", "released", "succeeded", "failed", "cancelled", "needs_review"}
 )
@@ -43,9 +42,9 @@ STEP = frozenset(
         "needs_review",
     }
 )
-# workflow_signals.state
+# workflow_signals.state: Weave's SignalState
 SIGNAL = frozenset({"pending", "delivered"})
-# schedule_backfills.state
+# schedule_backfills.state: Pulse's BackfillState
 BACKFILL = frozenset({"running", "done", "failed", "cancelled"})
 # schedule_fires.outcome: Pulse's schedule Outcome
 FIRE = frozenset({"fired", "skipped", "missed", "paused", "queued"})

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from orbit_server.scope import Scope
-from orbit_server.weave.states import StepState, WorkflowState
+from orbit_server.weave.states import SignalState, StepState, WorkflowState
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +75,7 @@ class Signal:
     name: str
     payload: Any
     idempotency_key: str | None
-    state: str  # pending | delivered
+    state: SignalState
     step_key: str | None
     created_at: datetime
     delivered_at: datetime | None

@@ -30,7 +30,7 @@ from orbit_server.weave.engine import (
 from orbit_server.weave.expr import ExpressionFailed
 from orbit_server.weave.kinds import Planner
 from orbit_server.weave.model import StepExecution
-from orbit_server.weave.states import StepEvent, WorkflowEvent, review_settled
+from orbit_server.weave.states import SignalState, StepEvent, WorkflowEvent, review_settled
 from orbit_server.weave.view import (
     Cancel,
     Due,
@@ -190,7 +190,9 @@ def _signal(walk: Planner, event: SignalSent) -> None:
         if getattr(step, "name", None) == signal.name:
             walk.plan.deliveries.append((signal.id, row.key))
             walk.deliver(row, signal.payload)
-            walk.plan.answer = dataclasses.replace(signal, state="delivered", step_key=row.key)
+            walk.plan.answer = dataclasses.replace(
+                signal, state=SignalState.DELIVERED, step_key=row.key
+            )
             return
 
 

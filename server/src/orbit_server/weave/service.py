@@ -42,6 +42,7 @@ from orbit_server.weave.definitions import Definitions
 from orbit_server.weave.engine import FINISHED, Limits, StepState, WorkflowState
 from orbit_server.weave.model import Signal, StepExecution, StoredDefinition, Workflow
 from orbit_server.weave.port import PulseAdapter
+from orbit_server.weave.states import SignalState
 from orbit_server.weave.view import SignalSent
 
 MAX_WAITS_SHOWN = 100
@@ -367,7 +368,7 @@ class WorkflowService:
 
         signal = Signal(
             id=new_id("sig_"), workflow_id=workflow_id, name=name, payload=payload,
-            idempotency_key=idempotency_key, state="pending", step_key=None,
+            idempotency_key=idempotency_key, state=SignalState.PENDING, step_key=None,
             created_at=self._clock.now(), delivered_at=None,
         )  # fmt: skip
         advance = await self.advancement.run_one(scope, workflow_id, [SignalSent(signal)])

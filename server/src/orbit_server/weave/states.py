@@ -35,6 +35,11 @@ class StepState(StrEnum):
     NEEDS_REVIEW = "needs_review"
 
 
+class SignalState(StrEnum):
+    PENDING = "pending"  # kept until an execution waits for it
+    DELIVERED = "delivered"
+
+
 ACTIVE = (StepState.PENDING, StepState.RUNNING, StepState.WAITING, StepState.NEEDS_REVIEW)
 ENDED = (StepState.SUCCEEDED, StepState.FAILED, StepState.SKIPPED)
 STEP_FINISHED = frozenset({*ENDED, StepState.CANCELLED})
