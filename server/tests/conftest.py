@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
+import structlog
 from litestar import Litestar
 
 from orbit_server.api.app import OrbitApp, build_litestar
@@ -42,6 +43,16 @@ DIALECTS = ("sqlite", "mariadb")
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "covers(*names): store methods a conformance test covers")
+    # The services log through structlog's default pipeline here (a server configures its
+    # own). Its console renderer draws an exception with Rich, source highlighted and locals
+    # shown: over a second of CPU for each exception a test makes a service log.
+    processors = [
+        p
+        for p in structlog.get_config()["processors"]
+        if not isinstance(p, structlog.dev.ConsoleRenderer)
+    ]
+    renderer = structlog.dev.ConsoleRenderer(exception_formatter=structlog.dev.plain_traceback)
+    structlog.configure(processors=[*processors, renderer])
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
