@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from orbit_server.pulse.model import ResultEvent, Task
-from orbit_server.store.base import DuplicateKey, Tx
+from orbit_server.store.base import DuplicateKey, Tx, json_table_rows
 from orbit_server.store.base import json_or_none as _json
 from orbit_server.store.leases import tasks_get_many
 from orbit_server.store.pulse import task_event_params, task_insert_params
@@ -132,10 +132,10 @@ async def tasks_succeed_many(
 ) -> None:
     """Tasks in ``from_state`` (locked by the caller) to ``succeeded`` with their results and
     their attempts ended in ``attempt_state`` for ``cause``, each row's result-event counter
-    advanced (the caller writes the events): a few statements for the whole batch (a result
-    other than ``None`` costs one more each). ``starting``: each report is its eager
-    attempt's start as well (decision 0008): the attempt is counted and marked started and
-    ended at once."""
+    advanced (the caller writes the events): a few statements for the whole batch (results
+    other than ``None``: one more on MySQL/MariaDB, one each on SQLite). ``starting``: each
+    report is its eager attempt's start as well (decision 0008): the attempt is counted and
+    marked started and ended at once."""
     if not task_ids:
         return
     ids = list(task_ids)
@@ -144,9 +144,15 @@ async def tasks_succeed_many(
         {"task_ids": ids, "now": now, "counted": int(starting),
          "from_state": from_state},
     )  # fmt: skip
-    for task_id, result in zip(ids, results, strict=True):
-        if result is not None:
-            await tx.execute("task_result_set", {"id": task_id, "result": _json(result)})
+    rows = [
+        {"id": task_id, "result": _json(result)}
+        for task_id, result in zip(ids, results, strict=True)
+        if result is not None
+    ]
+    if rows and tx.dialect == "mysql":
+        await tx.execute("task_results_set", {"rows_json": json_table_rows(rows)})
+    elif rows:
+        await tx.execute_many("task_results_set", rows)
     await tx.execute(
         "attempts_start_and_end_many" if starting else "attempts_end_running_many",
         {"task_ids": ids, "state": attempt_state, "cause": cause, "now": now},

@@ -11,3 +11,12 @@ DELETE r FROM JSON_TABLE(:task_ids_json, '$[*]' COLUMNS (task_id VARCHAR(40) PAT
 INSERT INTO fairness_cursors (tenant, environment, queue, type, after_key, updated_at)
 VALUES (:tenant, :environment, :queue, :type, :after_key, :now)
 ON DUPLICATE KEY UPDATE after_key = VALUES(after_key), updated_at = VALUES(updated_at)
+
+-- name: task_results_set
+-- The results of a batch of tasks, one statement: ids and results (as JSON text) as a JSON
+-- table joined by id.
+UPDATE JSON_TABLE(:rows_json, '$[*]' COLUMNS (
+         id VARCHAR(40) PATH '$.id',
+         result LONGTEXT PATH '$.result')) p
+  STRAIGHT_JOIN tasks t ON t.id = p.id
+   SET t.result = p.result

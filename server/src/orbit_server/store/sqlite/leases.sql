@@ -7,3 +7,7 @@ INSERT INTO fairness_cursors (tenant, environment, queue, type, after_key, updat
 VALUES (:tenant, :environment, :queue, :type, :after_key, :now)
 ON CONFLICT (tenant, environment, queue, type)
 DO UPDATE SET after_key = excluded.after_key, updated_at = excluded.updated_at
+
+-- name: task_results_set
+-- Run once per result (SQLite has no JSON_TABLE join to update from).
+UPDATE tasks SET result = :result WHERE id = :id
