@@ -194,15 +194,16 @@ async def node(db: Database, settings: Settings, clock: FakeClock) -> Node:
 
 
 @functools.cache
-def _litestar(settings: Settings) -> Litestar:
+def shared_litestar(settings: Settings) -> Litestar:
+    """The test process's one Litestar app for ``settings``: it holds nothing of a node or a
+    test (each request finds its node in its scope), and building one takes about 0.1 s,
+    more than most HTTP tests."""
     return build_litestar(settings)
 
 
 def orbit_app(node: Node) -> OrbitApp:
-    """``OrbitApp(node)``, sharing a Litestar app with the test process's other apps of equal
-    settings: it holds nothing of a node or a test (each request finds its node in its
-    scope), and building one takes about 0.1 s, more than most HTTP tests."""
-    return OrbitApp(node, litestar=_litestar(node.settings))
+    """``OrbitApp(node)`` on the shared Litestar app of the node's settings."""
+    return OrbitApp(node, litestar=shared_litestar(node.settings))
 
 
 @pytest.fixture
