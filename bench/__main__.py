@@ -133,8 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         return run_schedules_suite(
             url=args.url,
             schedules=50 if args.smoke else args.schedules,
-            minutes=0.1 if args.smoke else args.minutes,
-            interval_ms=2000 if args.smoke else 60_000,
+            # smoke: three slots of the shortest interval a schedule may have
+            minutes=0.05 if args.smoke else args.minutes,
+            interval_ms=1000 if args.smoke else 60_000,
             modes=args.mode or ["phased", "aligned"],
             server_processes=args.server_processes,
             batch=args.batch,
@@ -143,12 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.scenario == "memory":
         return run_memory_suite(
             url=args.url,
-            minutes=0.1 if args.smoke else args.minutes,
+            minutes=0.05 if args.smoke else args.minutes,
             rate=50 if args.smoke else args.rate,
             capacity=8 if args.smoke else args.capacity,
             processes=1 if args.smoke else args.processes,
             out=args.out,
-            sample_s=1.0 if args.smoke else 10.0,
+            sample_s=0.5 if args.smoke else 10.0,
         )
     if args.scenario == "latency":
         return run_latency_suite(url=args.url, tasks=20 if args.smoke else args.tasks, out=args.out)

@@ -20,7 +20,14 @@ import asyncmy
 
 import orbit_sdk
 from bench.baseline import _connect_args
-from tests.support.processes import OrbitProcess, run_orbit
+from orbit_server.audit import Actor, AuditWriter
+from orbit_server.clock import SystemClock
+from orbit_server.governance.keys import Role
+from orbit_server.governance.service import KeyService
+from orbit_server.scope import Scope
+from orbit_server.store import open_database
+from orbit_server.store.migrate import migrate
+from tests.support.processes import OrbitProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBMIT_BATCH = 1000
@@ -47,13 +54,7 @@ class Stack:
         # The server sees no ORBIT_* setting of the caller's environment: ``settings`` are its
         # only other ones.
         self.env = {"ORBIT_DATABASE_URL": url, "ORBIT_LOG_LEVEL": "warning", **(settings or {})}
-        if run_orbit("migrate", env=self.env).code != 0:
-            raise RuntimeError("orbit migrate failed")
-        created = run_orbit(
-            "keys", "create", "--tenant", "bench", "--environment", "bench", "--role", "submitter",
-            "--role", "operator", "--role", "worker", env=self.env,
-        )  # fmt: skip
-        self.key = created.stdout.strip().splitlines()[-1]
+        self.key = asyncio.run(_migrate_and_make_key(url))
         self.server = OrbitProcess(
             ["server", "--port", "0", "--host", "127.0.0.1", "--processes", str(server_processes)],
             env=self.env,
@@ -72,6 +73,23 @@ class Stack:
     def close(self) -> None:
         for proc in [*self.workers, self.server]:
             proc.stop(timeout=30)
+
+
+async def _migrate_and_make_key(url: str) -> str:
+    """What ``orbit migrate`` and ``orbit keys create`` would do (tenant and environment
+    ``bench``; submitter, operator and worker), in this process: a process each would take
+    longer than a smoke run's measurement."""
+    db = open_database(url, pool_max=2)
+    await db.connect()
+    try:
+        await migrate(db)
+        clock = SystemClock()
+        keys = KeyService(db, clock, AuditWriter(clock))
+        roles = (Role.SUBMITTER, Role.OPERATOR, Role.WORKER)
+        created = await keys.create(Scope("bench", "bench"), roles, actor=Actor("bench"))
+        return created.token
+    finally:
+        await db.close()
 
 
 def _wait(client: orbit_sdk.Client, check: str, target: int, timeout: float) -> None:

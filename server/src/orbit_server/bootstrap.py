@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import structlog
+from litestar import Litestar
 
 from orbit_server.api.app import OrbitApp
 from orbit_server.audit import AuditWriter
@@ -192,7 +193,8 @@ async def prune_history(
     return removed + await sessions.prune(settings.result_retention_ms)
 
 
-def build_app(node: Node) -> OrbitApp:
-    """The ASGI app; with the gateway role, ``/v1/worker`` serves workers."""
+def build_app(node: Node, *, litestar: Litestar | None = None) -> OrbitApp:
+    """The ASGI app; with the gateway role, ``/v1/worker`` serves workers. ``litestar``: a
+    shared HTTP app (see :class:`OrbitApp`)."""
     gateway = Gateway(node) if node.settings.has_role(ServerRole.GATEWAY) else None
-    return OrbitApp(node, worker_endpoint=gateway)
+    return OrbitApp(node, worker_endpoint=gateway, litestar=litestar)

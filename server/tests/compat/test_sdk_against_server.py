@@ -8,17 +8,16 @@ import httpx2
 import pytest
 
 import orbit_sdk
-from orbit_server.api.app import OrbitApp
 from orbit_server.errors import ERROR_TYPES
 from orbit_server.governance.keys import Role
 from orbit_server.runtime.node import Node
-from tests.conftest import SCOPE, make_key
+from tests.conftest import SCOPE, make_key, orbit_app
 
 
 @pytest.fixture
 async def sdk(node: Node) -> AsyncIterator[orbit_sdk.AsyncClient]:
     key = await make_key(node, SCOPE, Role.SUBMITTER)
-    transport = httpx2.ASGITransport(app=OrbitApp(node))
+    transport = httpx2.ASGITransport(app=orbit_app(node))
     async with orbit_sdk.AsyncClient("http://orbit.test", key, transport=transport) as client:
         yield client
 
@@ -49,7 +48,7 @@ async def test_server_errors_arrive_as_typed_sdk_errors(
 
 
 async def test_an_unknown_key_is_an_authentication_error(node: Node) -> None:
-    transport = httpx2.ASGITransport(app=OrbitApp(node))
+    transport = httpx2.ASGITransport(app=orbit_app(node))
     async with orbit_sdk.AsyncClient(
         "http://orbit.test", "ok_x_" + "y" * 43, transport=transport
     ) as c:

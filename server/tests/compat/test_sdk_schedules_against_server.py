@@ -17,11 +17,10 @@ from orbit_sdk import (
     ScheduleTask,
     StateConflictError,
 )
-from orbit_server.api.app import OrbitApp
 from orbit_server.clock import FakeClock
 from orbit_server.governance.keys import Role
 from orbit_server.runtime.node import Node
-from tests.conftest import SCOPE, make_key
+from tests.conftest import SCOPE, make_key, orbit_app
 
 START = datetime(2030, 1, 1, tzinfo=UTC)  # the fake clock's start
 
@@ -29,7 +28,7 @@ START = datetime(2030, 1, 1, tzinfo=UTC)  # the fake clock's start
 @pytest.fixture
 async def sdk(node: Node) -> AsyncIterator[AsyncClient]:
     key = await make_key(node, SCOPE, Role.OPERATOR)
-    transport = httpx2.ASGITransport(app=OrbitApp(node))
+    transport = httpx2.ASGITransport(app=orbit_app(node))
     async with AsyncClient("http://orbit.test", key, transport=transport) as client:
         yield client
 

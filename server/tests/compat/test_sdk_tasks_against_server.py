@@ -12,12 +12,11 @@ import pytest
 
 import orbit_sdk
 from orbit_sdk import AsyncClient, RetryPolicy, TaskError, TaskRequest
-from orbit_server.api.app import OrbitApp
 from orbit_server.clock import FakeClock
 from orbit_server.governance.keys import Role
 from orbit_server.pulse.worker import Session, Want
 from orbit_server.runtime.node import Node
-from tests.conftest import SCOPE, make_key
+from tests.conftest import SCOPE, make_key, orbit_app
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 WORKER = Session("ses_compat", "node-compat", "worker-compat")
@@ -35,7 +34,7 @@ STATES = (
 
 async def client_for(node: Node, *roles: Role) -> AsyncClient:
     key = await make_key(node, SCOPE, *roles)
-    transport = httpx2.ASGITransport(app=OrbitApp(node))
+    transport = httpx2.ASGITransport(app=orbit_app(node))
     return AsyncClient("http://orbit.test", key, transport=transport)
 
 

@@ -24,12 +24,11 @@ from orbit_sdk import (
     Workflow,
     WorkflowError,
 )
-from orbit_server.api.app import OrbitApp
 from orbit_server.clock import FakeClock
 from orbit_server.governance.keys import Role
 from orbit_server.pulse.worker import Want
 from orbit_server.runtime.node import Node
-from tests.conftest import SCOPE, make_key
+from tests.conftest import SCOPE, make_key, orbit_app
 from tests.service.weave_support import WORKER, settle, work
 
 START = datetime(2030, 1, 1, tzinfo=UTC)  # the fake clock's start
@@ -38,7 +37,7 @@ START = datetime(2030, 1, 1, tzinfo=UTC)  # the fake clock's start
 @pytest.fixture
 async def sdk(node: Node) -> AsyncIterator[AsyncClient]:
     key = await make_key(node, SCOPE, Role.OPERATOR)
-    transport = httpx2.ASGITransport(app=OrbitApp(node))
+    transport = httpx2.ASGITransport(app=orbit_app(node))
     async with AsyncClient("http://orbit.test", key, transport=transport) as client:
         yield client
 
@@ -268,7 +267,7 @@ async def test_errors_map_to_the_sdk_classes_with_details(sdk: AsyncClient, node
         await sdk.get_workflow_definition("order", "9")
 
     key = await make_key(node, SCOPE, Role.SUBMITTER)
-    transport = httpx2.ASGITransport(app=OrbitApp(node))
+    transport = httpx2.ASGITransport(app=orbit_app(node))
     async with AsyncClient("http://orbit.test", key, transport=transport) as submitter:
         run = await submitter.start_workflow("order", {"amount": 1})
         with pytest.raises(PermissionDeniedError) as denied:

@@ -90,6 +90,21 @@ def ledger_when(
         time.sleep(0.2)
 
 
+def ledger_and_tasks(
+    client: httpx2.Client, auth: dict[str, str]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The ledger and the schedule's tasks as of one moment: the servers go on firing, so the
+    tasks are read between two equal readings of the ledger (a slot's task and its ledger row
+    are written in one transaction)."""
+    fires = whole_ledger(client, auth)
+    while True:
+        tasks = task_ids(client, auth)
+        again = whole_ledger(client, auth)
+        if again == fires:
+            return fires, tasks
+        fires = again
+
+
 @pytest.fixture
 async def operator_auth(migrated_mariadb_url: str) -> dict[str, str]:
     """An operator's key on the migrated database (`orbit migrate` and `orbit keys create` are
@@ -126,10 +141,10 @@ def test_three_servers_fire_each_slot_once_and_catch_up_after_an_outage(
     try:
         with httpx2.Client(base_url=servers[1][1], timeout=10) as client:
             # until on-time slots after the restart are in the ledger
-            fires = ledger_when(
+            ledger_when(
                 client, auth, lambda fires: seconds(fires[-1]["fire_time"]) >= restarted_at + 3
             )
-            tasks = task_ids(client, auth)
+            fires, tasks = ledger_and_tasks(client, auth)
     finally:
         stop_all(servers)
 

@@ -19,7 +19,7 @@ from orbit_server.gateway.asgi_ws import WorkerWebSocketProtocol
 from orbit_server.gateway.endpoint import Gateway
 from orbit_server.governance.keys import Role
 from orbit_server.runtime.node import Node
-from tests.conftest import SCOPE, make_key
+from tests.conftest import SCOPE, make_key, shared_litestar
 
 
 @dataclass
@@ -35,18 +35,30 @@ class Live:
 
 
 class _Server(uvicorn.Server):
+    """uvicorn's server, told to stop by an event: its own loop would notice ``should_exit``
+    only at its next tick, up to 0.1 s later, at the end of every test."""
+
     def __init__(self, config: uvicorn.Config) -> None:
         super().__init__(config)
         self.listening = asyncio.Event()
+        self.stopping = asyncio.Event()
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
         self.listening.set()
 
+    async def main_loop(self) -> None:
+        await self.on_tick(0)  # what the first tick does: the Date header
+        await self.stopping.wait()
+
+    def stop(self) -> None:
+        self.should_exit = True
+        self.stopping.set()
+
 
 @pytest.fixture
 async def live(node: Node) -> AsyncIterator[Live]:
-    app = build_app(node)
+    app = build_app(node, litestar=shared_litestar(node.settings))
     assert isinstance(app.worker_endpoint, Gateway)
     await app.worker_endpoint.start()
     sock = socket.socket()
@@ -64,7 +76,7 @@ async def live(node: Node) -> AsyncIterator[Live]:
         yield Live(node, f"ws://127.0.0.1:{port}/v1/worker", key, app.worker_endpoint)
     finally:
         await app.worker_endpoint.drain()
-        server.should_exit = True
+        server.stop()
         await serving
         sock.close()
     # Whatever the test did, the node's slots add up (decision 0022); with every connection

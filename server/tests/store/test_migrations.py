@@ -168,6 +168,7 @@ PARAMETERS_DIFFER = {
     "ready_delete_many": "MySQL/MariaDB joins the ids as a JSON_TABLE (a DELETE takes no "
     "index hint, and a scan would wait on other claims' rows); SQLite takes the list",
     "schedules_advance": "MySQL/MariaDB updates all rows from one JSON_TABLE; SQLite, per row",
+    "task_results_set": "MySQL/MariaDB updates all rows from one JSON_TABLE; SQLite, per row",
     "workflow_steps_update_many": "MySQL/MariaDB updates all rows from one JSON_TABLE; SQLite, "
     "per row",
     "workflows_update_many": "MySQL/MariaDB updates all rows from one JSON_TABLE; SQLite, per row",

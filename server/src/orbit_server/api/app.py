@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from litestar import Litestar, Request
@@ -13,6 +12,7 @@ from litestar.types import Empty
 
 from orbit_server import __version__
 from orbit_server.api.auth import authenticate, authorize
+from orbit_server.api.deps import NODE_KEY, node_of
 from orbit_server.api.errors import handle_exception
 from orbit_server.api.json_body import decode_body
 from orbit_server.api.middleware import OrbitHTTPMiddleware
@@ -89,7 +89,13 @@ class OrbitRequest(Request[Any, Any, Any]):
         return value
 
 
-def build_litestar(settings: Settings, provide_node: Callable[[], Awaitable[Node]]) -> Litestar:
+async def provide_node(request: Request[Any, Any, Any]) -> Node:
+    return node_of(request)
+
+
+def build_litestar(settings: Settings) -> Litestar:
+    """The Litestar app of the HTTP API for ``settings``. It holds no node: each request
+    finds the one serving it in its ASGI scope (:class:`OrbitApp` puts it there)."""
     routes = list(HEALTH_ROUTES)
     if settings.has_role(ServerRole.API):
         routes += API_ROUTES
@@ -104,7 +110,7 @@ def build_litestar(settings: Settings, provide_node: Callable[[], Awaitable[Node
         exception_handlers={Exception: handle_exception},
         guards=[authorize],
         request_class=OrbitRequest,
-        state=State({"provide_node": provide_node, "max_json_depth": settings.max_json_depth}),
+        state=State({"max_json_depth": settings.max_json_depth}),
         openapi_config=OpenAPIConfig(
             title="Orbit",
             version=__version__,
@@ -131,16 +137,22 @@ WORKER_PATH = "/v1/worker"
 
 
 class OrbitApp:
-    """The ASGI callable served by uvicorn, with the Litestar app reachable for tooling."""
+    """The ASGI callable served by uvicorn, with the Litestar app reachable for tooling.
 
-    def __init__(self, node: Node, *, worker_endpoint: WorkerEndpoint | None = None) -> None:
+    ``litestar``: an app :func:`build_litestar` made for settings equal to the node's, to share
+    one among several OrbitApps (building one takes about 0.1 s; the tests make hundreds);
+    by default the OrbitApp builds its own."""
+
+    def __init__(
+        self,
+        node: Node,
+        *,
+        worker_endpoint: WorkerEndpoint | None = None,
+        litestar: Litestar | None = None,
+    ) -> None:
         self.node = node
         self.worker_endpoint = worker_endpoint
-
-        async def provide_node() -> Node:
-            return node
-
-        self.litestar = build_litestar(node.settings, provide_node)
+        self.litestar = build_litestar(node.settings) if litestar is None else litestar
         self._asgi = OrbitHTTPMiddleware(
             self.litestar, metrics=node.metrics, max_body_bytes=node.settings.max_body_bytes
         )
@@ -150,14 +162,11 @@ class OrbitApp:
         if endpoint is not None and scope["type"] == "websocket" and scope["path"] == WORKER_PATH:
             await endpoint(scope, receive, send)
             return
+        scope[NODE_KEY] = self.node
         await self._asgi(scope, receive, send)
 
 
 def openapi_document(settings: Settings | None = None) -> dict[str, Any]:
     """The OpenAPI document of the HTTP API (no database needed)."""
-
-    async def no_node() -> Node:
-        raise RuntimeError("the OpenAPI document is built without a node")
-
-    app = build_litestar(settings or Settings.load(environ={}), no_node)
+    app = build_litestar(settings or Settings.load(environ={}))
     return app.openapi_schema.to_schema()

@@ -8,7 +8,6 @@ roles the route declares as ``opt={"roles": (...)}`` (403). Only then is the bod
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -17,7 +16,7 @@ from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
 from orbit_server.api.context import current_request_id
-from orbit_server.api.deps import NodeDep
+from orbit_server.api.deps import NodeDep, node_of
 from orbit_server.audit import Actor
 from orbit_server.governance.keys import Principal, Role, bearer_token
 from orbit_server.runtime.node import Node
@@ -51,8 +50,7 @@ async def authorize(
     """The app's guard: key (401), then the route's roles (403), before the body is read."""
     if "principal" not in handler.parsed_fn_signature.parameters:
         return  # health and metrics: no key
-    provide_node: Callable[[], Awaitable[Node]] = connection.app.state.provide_node
-    principal = await _principal_of(connection, await provide_node())
+    principal = await _principal_of(connection, node_of(connection))
     allowed: tuple[Role, ...] = tuple(handler.opt.get(ROLES, ()))
     if allowed:
         principal.require(*allowed)

@@ -34,6 +34,7 @@ from orbit_server.store.base import (
     Row,
     Tx,
     chunks,
+    json_table_rows,
     json_value,
     row_scope,
     scope_params,
@@ -517,9 +518,9 @@ class Successes:
 async def tasks_succeed_many(tx: Tx, successes: Successes, now: datetime) -> None:
     """Tasks in ``from_state`` (locked by the caller) to ``succeeded`` with their results and
     their attempts ended in ``attempt_state`` for ``cause``, each row's result-event counter
-    advanced (the caller writes the events): a few statements for the whole batch (a result
-    other than ``None`` costs one more each). ``starting``: the attempt is counted and marked
-    started and ended at once."""
+    advanced (the caller writes the events): a few statements for the whole batch (results
+    other than ``None``: one more on MySQL/MariaDB, one each on SQLite). ``starting``: the
+    attempt is counted and marked started and ended at once."""
     s = successes
     if not s.task_ids:
         return
@@ -528,9 +529,15 @@ async def tasks_succeed_many(tx: Tx, successes: Successes, now: datetime) -> Non
         "tasks_succeed_many",
         {"task_ids": ids, "now": now, "counted": int(s.starting), "from_state": s.from_state},
     )
-    for task_id, result in zip(ids, s.results, strict=True):
-        if result is not None:
-            await tx.execute("task_result_set", {"id": task_id, "result": _json(result)})
+    rows = [
+        {"id": task_id, "result": _json(result)}
+        for task_id, result in zip(ids, s.results, strict=True)
+        if result is not None
+    ]
+    if rows and tx.dialect == "mysql":
+        await tx.execute("task_results_set", {"rows_json": json_table_rows(rows)})
+    elif rows:
+        await tx.execute_many("task_results_set", rows)
     end = attempts_start_and_end_many if s.starting else attempts_end_running_many
     await end(tx, ids, s.attempt_state, s.cause, now)
 

@@ -152,16 +152,14 @@ SELECT DISTINCT pending_key AS concurrency_key FROM tasks
  ORDER BY pending_key
 
 -- name: tasks_succeed_many
--- Tasks whose workers reported success, in one statement; results are set apart. From
+-- Tasks whose workers reported success, in one statement; results are set apart
+-- (task_results_set). From
 -- 'running', or from 'leased' for eager attempts whose report is their start too (then the
 -- attempt is counted here: :counted is 1).
 UPDATE tasks SET state = :task.succeeded, attempts = attempts + :counted, result = NULL,
        error = NULL, finished_at = :now, lease_expires_at = NULL, deadline_at = NULL,
        event_seq = event_seq + 1, updated_at = :now
  WHERE id IN (:task_ids) AND state = :from_state
-
--- name: task_result_set
-UPDATE tasks SET result = :result WHERE id = :id
 
 -- name: tasks_start_many
 UPDATE tasks SET state = :task.running, attempts = attempts + 1, lease_expires_at = :expires_at,

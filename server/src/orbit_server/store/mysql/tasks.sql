@@ -9,3 +9,12 @@ UPDATE tasks SET idempotency_key = NULL, request_hash = NULL
  WHERE state IN (:task.succeeded, :task.failed, :task.cancelled) AND finished_at < :before
    AND idempotency_key IS NOT NULL
  LIMIT :limit
+
+-- name: task_results_set
+-- The results of a batch of tasks, one statement: ids and results (as JSON text) as a JSON
+-- table joined by id.
+UPDATE JSON_TABLE(:rows_json, '$[*]' COLUMNS (
+         id VARCHAR(40) PATH '$.id',
+         result LONGTEXT PATH '$.result')) p
+  STRAIGHT_JOIN tasks t ON t.id = p.id
+   SET t.result = p.result

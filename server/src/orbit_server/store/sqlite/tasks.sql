@@ -11,3 +11,7 @@ UPDATE tasks SET idempotency_key = NULL, request_hash = NULL
                WHERE state IN (:task.succeeded, :task.failed, :task.cancelled)
                  AND finished_at < :before AND idempotency_key IS NOT NULL
                LIMIT :limit)
+
+-- name: task_results_set
+-- Run once per result (SQLite has no JSON_TABLE join to update from).
+UPDATE tasks SET result = :result WHERE id = :id
