@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import timedelta
-from typing import Any
 
 import pytest
 
@@ -15,45 +14,12 @@ from orbit_server.pulse.retry import RetryPolicy
 from orbit_server.pulse.states import SideEffect
 from orbit_server.pulse.worker import Session, Want, WorkerService
 from orbit_server.runtime.node import Node
-from orbit_server.store import Database, Tx
 from orbit_server.store import queues as queue_store
 from orbit_server.store import tasks as task_store
-from orbit_server.store.base import T, Unit
 from tests.conftest import SCOPE
-from tests.support.wrapped_database import WrappedDatabase
+from tests.support.wrapped_database import CountingDatabase
 
 ALICE = Session("sess_a", "node-1", "worker-a")
-
-
-class CountingTx:
-    """The real transaction, counting the statements that write."""
-
-    def __init__(self, tx: Tx, counts: Counter[str]) -> None:
-        self._tx = tx
-        self._counts = counts
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._tx, name)
-
-    async def execute(self, query: str, params: Any = None) -> int:
-        self._counts[query] += 1
-        return await self._tx.execute(query, params)
-
-    async def execute_many(self, query: str, rows: Any) -> int:
-        self._counts[query] += 1
-        return await self._tx.execute_many(query, rows)
-
-
-class CountingDatabase(WrappedDatabase):
-    def __init__(self, real: Database) -> None:
-        super().__init__(real)
-        self.writes: Counter[str] = Counter()
-
-    async def _run_once(self, unit: Unit[T], *, write: bool, timeout_s: float) -> T:
-        async def counted(tx: Tx) -> T:
-            return await unit(CountingTx(tx, self.writes))  # type: ignore[arg-type]
-
-        return await super()._run_once(counted, write=write, timeout_s=timeout_s)
 
 
 async def expire_a_mixed_batch(node: Node, clock: FakeClock, each: int) -> Counter[str]:

@@ -10,47 +10,10 @@ from typing import Any
 import pytest
 
 from orbit_server.runtime.node import Node
-from orbit_server.store import Database, Tx
-from orbit_server.store.base import T, Unit
 from orbit_server.weave import advance
 from orbit_server.weave.runner import Runner
 from tests.service.weave_support import body, get, publish, start, task, work
-from tests.support.wrapped_database import WrappedDatabase
-
-
-class ReadCountingTx:
-    """The real transaction, counting the statements that read."""
-
-    def __init__(self, tx: Tx, counts: Counter[str]) -> None:
-        self._tx = tx
-        self._counts = counts
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._tx, name)
-
-    async def fetch_all(self, query: str, params: Any = None) -> Any:
-        self._counts[query] += 1
-        return await self._tx.fetch_all(query, params)
-
-    async def fetch_one(self, query: str, params: Any = None) -> Any:
-        self._counts[query] += 1
-        return await self._tx.fetch_one(query, params)
-
-    async def fetch_union(self, query: str, many: Any) -> Any:
-        self._counts[query] += 1
-        return await self._tx.fetch_union(query, many)
-
-
-class ReadCountingDatabase(WrappedDatabase):
-    def __init__(self, real: Database) -> None:
-        super().__init__(real)
-        self.reads: Counter[str] = Counter()
-
-    async def _run_once(self, unit: Unit[T], *, write: bool, timeout_s: float) -> T:
-        async def counted(tx: Tx) -> T:
-            return await unit(ReadCountingTx(tx, self.reads))  # type: ignore[arg-type]
-
-        return await super()._run_once(counted, write=write, timeout_s=timeout_s)
+from tests.support.wrapped_database import CountingDatabase
 
 
 @pytest.mark.parametrize("each", [2, 12])
@@ -71,7 +34,7 @@ async def test_finishing_instances_are_planned_once_from_one_read(
         return real_plan(definition, view, *args)
 
     monkeypatch.setattr(advance, "plan", counted_plan)
-    counting = ReadCountingDatabase(node.db)
+    counting = CountingDatabase(node.db)
     runner = Runner(counting, node.clock, node.tasks, node.workflows, instances=1000)
     assert await runner.consume() == 2 * each
 

@@ -3,7 +3,10 @@ the units (faults, counted statements) while the real database does the work."""
 
 from __future__ import annotations
 
-from orbit_server.store import Database
+from collections import Counter
+from typing import Any
+
+from orbit_server.store import Database, Tx
 from orbit_server.store.base import ServerInfo, T, Unit
 
 
@@ -32,3 +35,50 @@ class WrappedDatabase(Database):
 
     def pool_stats(self) -> tuple[int, int]:
         return self.real.pool_stats()
+
+
+class CountingTx:
+    """The real transaction, counting the statements that write and those that read."""
+
+    def __init__(self, tx: Tx, writes: Counter[str], reads: Counter[str]) -> None:
+        self._tx = tx
+        self._writes = writes
+        self._reads = reads
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tx, name)
+
+    async def execute(self, query: str, params: Any = None) -> int:
+        self._writes[query] += 1
+        return await self._tx.execute(query, params)
+
+    async def execute_many(self, query: str, rows: Any) -> int:
+        self._writes[query] += 1
+        return await self._tx.execute_many(query, rows)
+
+    async def fetch_all(self, query: str, params: Any = None) -> Any:
+        self._reads[query] += 1
+        return await self._tx.fetch_all(query, params)
+
+    async def fetch_one(self, query: str, params: Any = None) -> Any:
+        self._reads[query] += 1
+        return await self._tx.fetch_one(query, params)
+
+    async def fetch_union(self, query: str, many: Any) -> Any:
+        self._reads[query] += 1
+        return await self._tx.fetch_union(query, many)
+
+
+class CountingDatabase(WrappedDatabase):
+    """Counts, by query name, the statements its units run."""
+
+    def __init__(self, real: Database) -> None:
+        super().__init__(real)
+        self.writes: Counter[str] = Counter()
+        self.reads: Counter[str] = Counter()
+
+    async def _run_once(self, unit: Unit[T], *, write: bool, timeout_s: float) -> T:
+        async def counted(tx: Tx) -> T:
+            return await unit(CountingTx(tx, self.writes, self.reads))
+
+        return await super()._run_once(counted, write=write, timeout_s=timeout_s)
