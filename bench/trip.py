@@ -113,6 +113,9 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+STAGE_NAMES = (*(name for name, _ in STAGES), "other")
+
+
 def stage(root: str) -> str:
     for name, prefixes in STAGES:
         if root.startswith(prefixes):
@@ -128,10 +131,9 @@ def stage_figures(calls: Iterable[Call]) -> dict[str, dict[str, int]]:
         functions, files = found.setdefault(stage(c.root), (set(), set()))
         functions.add(c.callee)
         files.add(module(c.callee))
-    order = [name for name, _ in STAGES] + ["other"]
     return {
         name: {"functions": len(found[name][0]), "files": len(found[name][1])}
-        for name in order
+        for name in STAGE_NAMES
         if name in found
     }
 
@@ -262,23 +264,25 @@ def run_once(settle: float) -> dict[str, Window]:
             server.close()
 
 
-def _median_table(runs: list[dict[str, dict[str, int]]]) -> dict[str, dict[str, float]]:
-    names = sorted({name for run in runs for name in run}, key=lambda n: (n != "all", n))
-    zero = dict.fromkeys(FIELDS, 0)
-    return {
-        name: {f: statistics.median(run.get(name, zero)[f] for run in runs) for f in FIELDS}
-        for name in names
-    }
-
-
-def _median_stages(runs: list[dict[str, dict[str, int]]]) -> dict[str, dict[str, float]]:
-    names = [name for name, _ in STAGES] + ["other"]
-    zero = {"functions": 0, "files": 0}
+def _medians(
+    runs: list[dict[str, dict[str, int]]], names: Iterable[str], fields: Iterable[str]
+) -> dict[str, dict[str, float]]:
+    """Each row's fields, the median over ``runs`` (a row a run lacks counts as zeros)."""
+    zero = dict.fromkeys(fields, 0)
     return {
         name: {f: statistics.median(run.get(name, zero)[f] for run in runs) for f in zero}
         for name in names
-        if any(name in run for run in runs)
     }
+
+
+def _median_table(runs: list[dict[str, dict[str, int]]]) -> dict[str, dict[str, float]]:
+    names = sorted({name for run in runs for name in run}, key=lambda n: (n != "all", n))
+    return _medians(runs, names, FIELDS)
+
+
+def _median_stages(runs: list[dict[str, dict[str, int]]]) -> dict[str, dict[str, float]]:
+    seen = {name for run in runs for name in run}
+    return _medians(runs, [n for n in STAGE_NAMES if n in seen], ("functions", "files"))
 
 
 def _fmt(value: float) -> str:
