@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from orbit_server.audit import Actor, AuditWriter
@@ -91,7 +92,9 @@ class Advancement:
     ) -> list[Advance]:
         """Lock the instances in id order, plan their ``events`` and write the plans.
         ``defer``: new tasks that do not fit their queue wait, pending (an instance alone
-        after a full queue). Instances that are gone are passed over."""
+        after a full queue). Instances that are gone are passed over. The unit's time is read
+        before the locks: what it writes is stamped as of then, as the tasks it creates."""
+        now = self._clock.now()
         instances = await workflow_store.workflows_lock_many(tx, workflow_ids)
         views: list[View] = []
         definitions: list[Definition] = []
@@ -106,7 +109,7 @@ class Advancement:
             views.append(view)
             definitions.append(definition)
         await _preload(tx, definitions, views, events)
-        plans = await self._plans(tx, definitions, views, events)
+        plans = await self._plans(tx, definitions, views, events, now)
         return await apply(tx, self._pulse, plans)
 
     async def start_in(
@@ -114,7 +117,9 @@ class Advancement:
     ) -> Advance:
         """A new instance (inserted with the plan) begun at its first step."""
         view = View(workflow, new_instance=True)
-        plans = await self._plans(tx, [definition], [view], {workflow.id: [Start(input_)]})
+        plans = await self._plans(
+            tx, [definition], [view], {workflow.id: [Start(input_)]}, self._clock.now()
+        )
         [advance] = await apply(tx, self._pulse, plans)
         return advance
 
@@ -124,11 +129,12 @@ class Advancement:
         definitions: Sequence[Definition],
         views: Sequence[View],
         events: Mapping[str, Sequence[Event]],
+        now: datetime,
     ) -> list[Plan]:
-        """Plan every instance; read what plans lack, for all at once, and plan those again."""
+        """Plan every instance as of ``now``; read what plans lack, for all at once, and plan
+        those again."""
         done: list[Plan | None] = [None] * len(views)
         todo = list(range(len(views)))
-        now = self._clock.now()
         for _ in range(MAX_ROUNDS):
             wanted: list[tuple[View, list[Need]]] = []
             for i in todo:
@@ -162,6 +168,7 @@ class Advancement:
         plan changed the instance or asks for it) and commit; then :meth:`after`."""
 
         async def unit(tx: Tx) -> Advance:
+            now = self._clock.now()
             workflow = await workflow_store.workflow_lock(tx, workflow_id)
             if workflow is None or (scope is not None and workflow.scope != scope):
                 raise NotFound("no such workflow")
@@ -169,7 +176,7 @@ class Advancement:
                 tx, workflow.scope, workflow.definition, workflow.version
             )
             view = View(workflow)
-            plans = await self._plans(tx, [definition], [view], {workflow_id: events})
+            plans = await self._plans(tx, [definition], [view], {workflow_id: events}, now)
             [advance] = await apply(tx, self._pulse, plans, actor=actor)
             if actor is not None and action is not None and (advance.changed or advance.audit):
                 await self._audit.record(
