@@ -159,7 +159,7 @@ async def build_node(
         readiness=ReadinessProbe(db, metrics, failed_loops=lambda: list(supervisor.failed)),
         supervisor=supervisor,
         audit_writer=audit_writer,
-        keys=KeyService(db, clock, audit_writer),
+        keys=KeyService(db, clock, audit_writer, cache_ms=settings.key_cache_ms),
         audit=AuditService(db),
         tasks=tasks,
         queues=QueueService(db, clock, audit_writer),

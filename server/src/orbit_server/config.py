@@ -106,6 +106,13 @@ class Settings:
     max_params_bytes: int = _setting(
         1024 * 1024, "Largest params of one task, as JSON (a bigger task answers 413)", minimum=1024
     )
+    key_cache_ms: int = _setting(
+        1000,
+        "How long a node trusts an API key it has checked before reading it again: a key "
+        "revoked on another node (or by the CLI) stops working here within this time (0: read "
+        "it on every request)",
+        minimum=0,
+    )
     lease_ms: int = _setting(
         30_000, "How long a worker's lease lasts without renewal", minimum=1000
     )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from orbit_server.audit import Actor, AuditWriter
 from orbit_server.clock import Clock
@@ -29,12 +31,30 @@ class CreatedKey:
     token: str  # shown once, never stored
 
 
+# Most keys a node remembers as checked; past it the least recently read is forgotten.
+KNOWN_KEYS = 10_000
+
+
 class KeyService:
-    def __init__(self, db: Database, clock: Clock, audit: AuditWriter) -> None:
+    """Keys: create, list, revoke, and the check of every request's key.
+
+    A key read for a request is trusted for ``cache_ms`` (one second by default) before it is
+    read again, so that a client sending many requests costs one key read a second instead of
+    one a request. A revocation on this node forgets the key at once; one on another node takes
+    effect here when the entry expires, within ``cache_ms``. Only usable keys are kept (an
+    unknown or revoked one is read again on its next try), and the secret is checked on every
+    request.
+    """
+
+    def __init__(
+        self, db: Database, clock: Clock, audit: AuditWriter, *, cache_ms: int = 1000
+    ) -> None:
         self._db = db
         self._clock = clock
         self._audit = audit
         self._revoked_listeners: list[Callable[[str], None]] = []
+        self._cache_for = timedelta(milliseconds=cache_ms)
+        self._known: OrderedDict[str, tuple[ApiKey, datetime]] = OrderedDict()
 
     async def create(
         self,
@@ -121,9 +141,31 @@ class KeyService:
         revoked = await self._db.run(unit)
         if revoked is None:
             raise NotFound("no such API key")
+        self._known.pop(key_id, None)
         for listener in self._revoked_listeners:
             listener(key_id)
         return revoked
+
+    async def _key(self, key_id: str) -> ApiKey | None:
+        """The key as remembered while its entry lasts, else as read now (and remembered
+        when it is usable; its secret is checked on every use all the same)."""
+        now = self._clock.now()
+        known = self._known.get(key_id)
+        if known is not None and now < known[1]:
+            return known[0]
+
+        async def unit(tx: Tx) -> ApiKey | None:
+            return await gov.key_get(tx, key_id)
+
+        key = await self._db.read(unit)
+        if key is None or key.revoked_at is not None or not self._cache_for:
+            self._known.pop(key_id, None)
+            return key
+        self._known[key_id] = (key, now + self._cache_for)
+        self._known.move_to_end(key_id)
+        if len(self._known) > KNOWN_KEYS:
+            self._known.popitem(last=False)
+        return key
 
     def on_revoked(self, listener: Callable[[str], None]) -> None:
         """Call ``listener(key_id)`` after a revocation made on this node has committed (the
@@ -147,10 +189,7 @@ class KeyService:
         if not is_key_id(key_id):
             raise Unauthenticated()
 
-        async def unit(tx: Tx) -> ApiKey | None:
-            return await gov.key_get(tx, key_id)
-
-        key = await self._db.read(unit)
+        key = await self._key(key_id)
         if key is None or not secret_matches(secret, key.secret_hash):
             raise Unauthenticated()
         if key.revoked_at is not None:
