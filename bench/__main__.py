@@ -104,6 +104,26 @@ def main(argv: list[str] | None = None) -> int:
     wf.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
     wf.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
     wf.add_argument("--allow-tmpfs", action="store_true", help=ALLOW_TMPFS_HELP)
+    peer = sub.add_parser(
+        "peer-workload",
+        help="single submits, batched submits, drain: Orbit beside the raw database",
+    )
+    peer.add_argument("--tasks", type=int, default=20_000, help="tasks per run")
+    peer.add_argument(
+        "--single", type=int, default=2000, help="of them submitted one per request first"
+    )
+    peer.add_argument("--batch", type=int, default=1000, help="tasks per batch of the rest")
+    peer.add_argument(
+        "--capacity", type=int, action="append", help="total worker capacity (default 8, 256)"
+    )
+    peer.add_argument("--processes", type=int, default=2, help="SDK worker processes")
+    peer.add_argument(
+        "--server-processes", type=int, default=1, help="orbit server --processes (default 1)"
+    )
+    peer.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
+    peer.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
+    peer.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
+    peer.add_argument("--allow-tmpfs", action="store_true", help=ALLOW_TMPFS_HELP)
     trip = sub.add_parser("trip", help="orbit_server function hops of one workflow trip")
     trip.add_argument("--runs", type=int, default=3, help="runs, each on a fresh server")
     trip.add_argument(
@@ -116,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.scenario == "trip":
         runs = 1 if args.smoke else args.runs
         return run_trip(runs=runs, settle=args.settle, as_json=args.json, dump=args.dump)
+    if args.scenario == "peer-workload" and not _peer_sizes_ok(args):
+        parser.error("peer-workload needs 0 ≤ --single ≤ --tasks and 1 ≤ --batch ≤ 1000")
     try:
         return _run(args)
     except DataInMemoryError as exc:
@@ -123,8 +145,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def _peer_sizes_ok(args: argparse.Namespace) -> bool:
+    # A batch of more than 1,000 is refused by the API (POST /v1/tasks:batch).
+    return bool(args.smoke) or (0 <= args.single <= args.tasks and 1 <= args.batch <= 1000)
+
+
 def _run(args: argparse.Namespace) -> int:
     from bench.claim import run_claim_benchmark
+    from bench.peer_suite import run_peer_suite
     from bench.suite import (
         run_latency_suite,
         run_memory_suite,
@@ -134,6 +162,18 @@ def _run(args: argparse.Namespace) -> int:
     )
 
     allow_tmpfs = args.allow_tmpfs
+    if args.scenario == "peer-workload":
+        return run_peer_suite(
+            url=args.url,
+            tasks=200 if args.smoke else args.tasks,
+            single=50 if args.smoke else args.single,
+            batch=50 if args.smoke else args.batch,
+            capacities=args.capacity or ([8] if args.smoke else [8, 256]),
+            processes=1 if args.smoke else args.processes,
+            server_processes=args.server_processes,
+            out=args.out,
+            allow_tmpfs=allow_tmpfs,
+        )
     if args.scenario == "workflows":
         return run_workflows_suite(
             url=args.url,

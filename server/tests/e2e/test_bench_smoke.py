@@ -155,3 +155,27 @@ async def test_the_workflows_benchmark_runs_and_reports(
     [report] = sorted(tmp_path.glob("workflows-*.md"))
     assert "| paced" in report.read_text() and "| burst" in report.read_text()
     storage_recorded(tmp_path, "workflows")
+
+
+async def test_the_peer_workload_benchmark_runs_and_reports(
+    mysql_server: MySQLServerForTests, tmp_path: Path
+) -> None:
+    done = await run_bench(mysql_server, tmp_path, "peer-workload", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [raw] = reported(done, "peer_raw")
+    runs = reported(done, "peer")
+    assert [(r["capacity"], r["tasks"], r["single"], r["batch"]) for r in runs] == [
+        (8, 200, 50, 50)
+    ]
+    for row in (raw, *runs):
+        assert row["tasks"] == 200
+        assert all(row[f"{k}_per_s"] > 0 for k in ("single", "batch", "drain", "total"))
+    assert raw["cpu_us_per_single"] is None  # no Orbit server in the raw row
+    assert runs[0]["cpu_us_per_single"] >= 0 and runs[0]["cpu_us_per_drained"] >= 0
+    targets = reported(done, "peer_target")
+    assert len(targets) == 6 and all(t["met"] in (True, False) for t in targets)
+    [report] = sorted(tmp_path.glob("peer-workload-*.md"))
+    text = report.read_text()
+    assert "| raw database |" in text and "| Orbit, capacity 8 |" in text
+    assert text.count("| met |") + text.count("| missed |") == 6
+    storage_recorded(tmp_path, "peer-workload")
