@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+ALLOW_TMPFS_HELP = "measure even when the database's data is on tmpfs or ramfs (the report says so)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,14 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("asyncmy").setLevel(logging.ERROR)
     # The MariaDB harness of the test suite starts a private server for a run.
     sys.path.insert(0, str(ROOT / "server"))
-    from bench.claim import run_claim_benchmark
-    from bench.suite import (
-        run_latency_suite,
-        run_memory_suite,
-        run_schedules_suite,
-        run_suite,
-        run_workflows_suite,
-    )
+    from bench.databases import DataInMemoryError
     from bench.trip import run_trip
 
     parser = argparse.ArgumentParser(prog="python -m bench")
@@ -43,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     claim.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
     claim.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
     claim.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
+    claim.add_argument("--allow-tmpfs", action="store_true", help=ALLOW_TMPFS_HELP)
     tp = sub.add_parser(
         "throughput", help="raw-database baseline, then Orbit end to end with SDK workers"
     )
@@ -66,11 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     tp.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
     tp.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
     tp.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
+    tp.add_argument("--allow-tmpfs", action="store_true", help=ALLOW_TMPFS_HELP)
     lat = sub.add_parser("latency", help="submit → start and → result with idle workers")
     lat.add_argument("--tasks", type=int, default=500, help="tasks submitted one by one")
     lat.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
     lat.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
     lat.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
+    lat.add_argument("--allow-tmpfs", action="store_true", help=ALLOW_TMPFS_HELP)
     mem = sub.add_parser("memory", help="server memory over a steady run")
     mem.add_argument("--minutes", type=float, default=10.0, help="length of the steady run")
     mem.add_argument("--rate", type=int, default=500, help="tasks submitted per second")
@@ -79,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     mem.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
     mem.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
     mem.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
+    mem.add_argument("--allow-tmpfs", action="store_true", help=ALLOW_TMPFS_HELP)
     sch = sub.add_parser("schedules", help="interval schedules firing: lag, passes, creates/s")
     sch.add_argument("--schedules", type=int, default=10_000, help="interval schedules per run")
     sch.add_argument("--minutes", type=float, default=3.0, help="length of the measured window")
@@ -92,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     sch.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
     sch.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
     sch.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
+    sch.add_argument("--allow-tmpfs", action="store_true", help=ALLOW_TMPFS_HELP)
     wf = sub.add_parser("workflows", help="five-step workflows: steps/s and step-to-step latency")
     wf.add_argument("--instances", type=int, default=1000, help="instances started")
     wf.add_argument("--capacity", type=int, default=64, help="total worker capacity")
@@ -105,6 +103,27 @@ def main(argv: list[str] | None = None) -> int:
     wf.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
     wf.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
     wf.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
+    wf.add_argument("--allow-tmpfs", action="store_true", help=ALLOW_TMPFS_HELP)
+    peer = sub.add_parser(
+        "peer-workload",
+        help="single submits, batched submits, drain: Orbit beside the raw database",
+    )
+    peer.add_argument("--tasks", type=int, default=20_000, help="tasks per run")
+    peer.add_argument(
+        "--single", type=int, default=2000, help="of them submitted one per request first"
+    )
+    peer.add_argument("--batch", type=int, default=1000, help="tasks per batch of the rest")
+    peer.add_argument(
+        "--capacity", type=int, action="append", help="total worker capacity (default 8, 256)"
+    )
+    peer.add_argument("--processes", type=int, default=2, help="SDK worker processes")
+    peer.add_argument(
+        "--server-processes", type=int, default=1, help="orbit server --processes (default 1)"
+    )
+    peer.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
+    peer.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
+    peer.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
+    peer.add_argument("--allow-tmpfs", action="store_true", help=ALLOW_TMPFS_HELP)
     trip = sub.add_parser("trip", help="orbit_server function hops of one workflow trip")
     trip.add_argument("--runs", type=int, default=3, help="runs, each on a fresh server")
     trip.add_argument(
@@ -117,6 +136,44 @@ def main(argv: list[str] | None = None) -> int:
     if args.scenario == "trip":
         runs = 1 if args.smoke else args.runs
         return run_trip(runs=runs, settle=args.settle, as_json=args.json, dump=args.dump)
+    if args.scenario == "peer-workload" and not _peer_sizes_ok(args):
+        parser.error("peer-workload needs 0 ≤ --single ≤ --tasks and 1 ≤ --batch ≤ 1000")
+    try:
+        return _run(args)
+    except DataInMemoryError as exc:
+        print(f"python -m bench {args.scenario}: refused: {exc}", file=sys.stderr)
+        return 2
+
+
+def _peer_sizes_ok(args: argparse.Namespace) -> bool:
+    # A batch of more than 1,000 is refused by the API (POST /v1/tasks:batch).
+    return bool(args.smoke) or (0 <= args.single <= args.tasks and 1 <= args.batch <= 1000)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from bench.claim import run_claim_benchmark
+    from bench.peer_suite import run_peer_suite
+    from bench.suite import (
+        run_latency_suite,
+        run_memory_suite,
+        run_schedules_suite,
+        run_suite,
+        run_workflows_suite,
+    )
+
+    allow_tmpfs = args.allow_tmpfs
+    if args.scenario == "peer-workload":
+        return run_peer_suite(
+            url=args.url,
+            tasks=200 if args.smoke else args.tasks,
+            single=50 if args.smoke else args.single,
+            batch=50 if args.smoke else args.batch,
+            capacities=args.capacity or ([8] if args.smoke else [8, 256]),
+            processes=1 if args.smoke else args.processes,
+            server_processes=args.server_processes,
+            out=args.out,
+            allow_tmpfs=allow_tmpfs,
+        )
     if args.scenario == "workflows":
         return run_workflows_suite(
             url=args.url,
@@ -128,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             paced_per_s=args.paced_rate,
             baseline_tasks=800 if args.smoke else args.baseline_tasks,
             out=args.out,
+            allow_tmpfs=allow_tmpfs,
         )
     if args.scenario == "schedules":
         return run_schedules_suite(
@@ -140,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             server_processes=args.server_processes,
             batch=args.batch,
             out=args.out,
+            allow_tmpfs=allow_tmpfs,
         )
     if args.scenario == "memory":
         return run_memory_suite(
@@ -150,9 +209,15 @@ def main(argv: list[str] | None = None) -> int:
             processes=1 if args.smoke else args.processes,
             out=args.out,
             sample_s=0.5 if args.smoke else 10.0,
+            allow_tmpfs=allow_tmpfs,
         )
     if args.scenario == "latency":
-        return run_latency_suite(url=args.url, tasks=20 if args.smoke else args.tasks, out=args.out)
+        return run_latency_suite(
+            url=args.url,
+            tasks=20 if args.smoke else args.tasks,
+            out=args.out,
+            allow_tmpfs=allow_tmpfs,
+        )
     if args.scenario == "throughput":
         return run_suite(
             url=args.url,
@@ -164,11 +229,17 @@ def main(argv: list[str] | None = None) -> int:
             features=args.features,
             baseline_tasks=800 if args.smoke else args.baseline_tasks,
             out=args.out,
+            allow_tmpfs=allow_tmpfs,
         )
     backlogs = args.backlog or ([300] if args.smoke else [10_000, 1_000_000])
     measure = 100 if args.smoke else args.measure
-    return asyncio.run(
-        run_claim_benchmark(backlogs, measure=measure, batch=args.batch, url=args.url, out=args.out)
+    return run_claim_benchmark(
+        backlogs,
+        measure=measure,
+        batch=args.batch,
+        url=args.url,
+        out=args.out,
+        allow_tmpfs=allow_tmpfs,
     )
 
 

@@ -6,6 +6,7 @@ The figure that matters is the cost per claimed task as the backlog grows: the c
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -92,31 +93,16 @@ async def measure_claims(db: Database, measure: int, batch: int) -> tuple[float,
     return claim_s, work_s, claimed
 
 
-async def server_facts(db: Database) -> dict[str, Any]:
-    async def unit(tx: Tx) -> dict[str, Any]:
-        version = await tx.fetch_one("server_version")
-        facts: dict[str, Any] = {"version": version["version"] if version else None}
-        if db.dialect == "mysql":
-            for row in await tx.fetch_all("server_variables"):
-                facts[str(row["Variable_name"])] = row["Value"]
-        return facts
-
-    return await db.read(unit)
-
-
-async def run_one(
-    url: str, backlog: int, measure: int, batch: int
-) -> tuple[ClaimResult, dict[str, Any]]:
+async def run_one(url: str, backlog: int, measure: int, batch: int) -> ClaimResult:
     db = open_database(url, pool_max=4)
     await db.connect()
     try:
         await migrate(db)
         seed_s = await seed(db, backlog + measure)
         claim_s, work_s, claimed = await measure_claims(db, measure, batch)
-        facts = await server_facts(db)
     finally:
         await db.close()
-    result = ClaimResult(
+    return ClaimResult(
         backlog=backlog,
         measured=claimed,
         seed_s=round(seed_s, 2),
@@ -126,22 +112,22 @@ async def run_one(
         start_complete_us_per_task=round(work_s / max(claimed, 1) * 1e6, 1),
         tasks_per_s=round(claimed / max(claim_s + work_s, 1e-9), 1),
     )
-    return result, facts
 
 
-async def run_claim_benchmark(
-    backlogs: list[int], *, measure: int, batch: int, url: str | None, out: Path
-) -> int:
+def run_claim_benchmark(
+    backlogs: list[int], *, measure: int, batch: int, url: str | None, out: Path,
+    allow_tmpfs: bool = False,
+) -> int:  # fmt: skip
     results: list[ClaimResult] = []
-    facts: dict[str, Any] = {}
-    with Databases(url) as dbs:
+    with Databases(url, allow_tmpfs=allow_tmpfs) as dbs:
+        facts = dbs.facts
         for backlog in backlogs:
             # An empty database per run, on the private server or beside the given one.
-            run_url = await dbs.fresh_async(f"bench_{backlog}")
-            result, facts = await run_one(run_url, backlog, measure, batch)
+            run_url = dbs.fresh(f"bench_{backlog}")
+            result = asyncio.run(run_one(run_url, backlog, measure, batch))
             results.append(result)
             print(json.dumps(asdict(result)), flush=True)
-            await dbs.drop_async(f"bench_{backlog}")
+            dbs.drop(f"bench_{backlog}")
     path = write_report(out, results, facts, measure=measure, batch=batch)
     print(f"report: {path}")
     return 0

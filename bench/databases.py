@@ -1,14 +1,48 @@
 """Where a benchmark run's databases live: a private MariaDB that the runner starts (no
-``--url``), or an existing server, with an empty database per run beside the given one."""
+``--url``), or an existing server, with an empty database per run beside the given one.
+
+The private server is configured as a production server would be, not as the test suite's
+(which keeps its data on tmpfs with a small buffer pool, for speed): its data directory is on
+a disk (under the first of ``/var/tmp`` and the system's temporary folder that is not a memory
+filesystem), every commit flushes the redo log (``innodb_flush_log_at_trx_commit=1``), pages
+are written twice (``innodb_doublewrite=ON``), and the buffer pool and redo log are sized for
+a run: 1 GiB and 512 MiB. No binary log, as on a server without replicas."""
 
 from __future__ import annotations
 
 import asyncio
+import tempfile
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from bench.baseline import _connect_args
+from bench.storage import MEMORY_FILESYSTEMS, database_facts, filesystem_type, on_memory
+
+# mariadbd options of the private server, after the test harness's own (which they override).
+SERVER_OPTIONS = (
+    "--innodb-buffer-pool-size=1G",
+    "--innodb-log-file-size=512M",
+    "--innodb-flush-log-at-trx-commit=1",
+    "--innodb-doublewrite=ON",
+    "--innodb-flush-method=O_DIRECT",
+    "--skip-log-bin",
+)
+
+
+class DataInMemoryError(Exception):
+    """The server keeps its data on a memory filesystem and ``allow_tmpfs`` was not given."""
+
+
+def data_parent() -> Path:
+    """Where the private server's data directory is made: ``orbit-bench`` in the first of
+    ``/var/tmp`` and the system's temporary folder that is on a disk (the first, if neither
+    is; the runner then refuses to measure without ``--allow-tmpfs``)."""
+    candidates = [Path("/var/tmp"), Path(tempfile.gettempdir())]  # noqa: S108 - a private folder inside
+    usable = [c for c in candidates if c.is_dir()]
+    on_disk = [c for c in usable if filesystem_type(c) not in MEMORY_FILESYSTEMS]
+    return (on_disk or usable or candidates)[0] / "orbit-bench"
 
 
 async def _on_server(url: str, *statements: str) -> None:
@@ -39,10 +73,16 @@ async def fresh_database(url: str, suffix: str) -> str:
 class Databases:
     """``with Databases(url) as dbs: dbs.fresh("name")`` — a private MariaDB when ``url`` is
     None (started on entry, removed on exit), else scratch databases beside the given one on
-    its server (removed on exit)."""
+    its server (removed on exit).
 
-    def __init__(self, url: str | None) -> None:
+    On entry the server's facts are read (``facts``: version, durability settings, where the
+    data lives); a server whose data is on a memory filesystem raises ``DataInMemoryError``
+    unless ``allow_tmpfs``. Enter it outside an event loop."""
+
+    def __init__(self, url: str | None, *, allow_tmpfs: bool = False) -> None:
         self.url = url
+        self.allow_tmpfs = allow_tmpfs
+        self.facts: dict[str, Any] = {}
         self._harness: Any = None
         self._made: list[str] = []  # databases made beside a given one, removed on exit
 
@@ -50,8 +90,30 @@ class Databases:
         if self.url is None:
             from tests.harness.mariadb import MariaDBServer
 
-            self._harness = MariaDBServer().__enter__()
+            self._harness = MariaDBServer(data_parent(), SERVER_OPTIONS).__enter__()
+        try:
+            self.facts = self._read_facts()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        self.facts["tmpfs_allowed"] = self.allow_tmpfs
+        if on_memory(self.facts) and not self.allow_tmpfs:
+            storage = self.facts["storage"]
+            self.__exit__(None, None, None)
+            raise DataInMemoryError(
+                f"the database keeps its data in {storage['datadir']} on "
+                f"{storage['filesystem']}: commits there never wait for a disk, so its figures "
+                "and ratios would flatter every system measured. Use a server whose data is on "
+                "a disk (--url, or none for a private one on disk), or pass --allow-tmpfs to "
+                "measure anyway (the report then says so)."
+            )
         return self
+
+    def _read_facts(self) -> dict[str, Any]:
+        if self._harness is not None:
+            return database_facts(self._harness.url(), private=True)
+        assert self.url is not None
+        return database_facts(self.url, private=False)
 
     def __exit__(
         self,
@@ -74,14 +136,6 @@ class Databases:
             return asyncio.run(fresh_database(self.url, name))
         self._harness.drop_database(name)
         return str(self._harness.create_database(name))
-
-    async def fresh_async(self, name: str) -> str:
-        """``fresh`` for a caller inside an event loop."""
-        if self._harness is None:
-            assert self.url is not None
-            self._made.append(name)
-            return await fresh_database(self.url, name)
-        return self.fresh(name)
 
     async def drop_async(self, name: str) -> None:
         """``drop`` for a caller inside an event loop, for either kind of server."""

@@ -11,25 +11,14 @@ from typing import Any
 
 from bench import report
 from bench.baseline import BaselineResult, run_baseline
-from bench.claim import server_facts
 from bench.databases import Databases
 from bench.latency import LatencyResult, run_latency
 from bench.memory import run_memory
 from bench.schedules import TARGET_LAG_MS, SchedulesResult, run_schedules
 from bench.throughput import ThroughputResult, run_throughput
 from bench.workflows import run_workflows
-from orbit_server.store import open_database
 
 BASELINE_TRIES = 3
-
-
-async def _facts(url: str) -> dict[str, Any]:
-    db = open_database(url, pool_max=1)
-    await db.connect()
-    try:
-        return await server_facts(db)
-    finally:
-        await db.close()
 
 
 def run_suite(
@@ -43,12 +32,13 @@ def run_suite(
     features: bool,
     baseline_tasks: int,
     out: Path,
+    allow_tmpfs: bool = False,
 ) -> int:
     baselines: list[BaselineResult] = []
     results: list[ThroughputResult] = []
-    with Databases(url) as dbs:
+    with Databases(url, allow_tmpfs=allow_tmpfs) as dbs:
+        facts = dbs.facts
         raw = dbs.fresh("bench_raw")
-        facts = asyncio.run(_facts(raw))
         for per_tx in (100, 1):
             count = baseline_tasks if per_tx > 1 else max(8, baseline_tasks // 20)
             # The batched baseline is over in about two seconds and spreads by ±15 % from one
@@ -120,14 +110,14 @@ def write_report(
     return report.write(out, "throughput", "Throughput", facts, data, body)
 
 
-def run_latency_suite(*, url: str | None, tasks: int, out: Path) -> int:
+def run_latency_suite(*, url: str | None, tasks: int, out: Path, allow_tmpfs: bool = False) -> int:
     """``python -m bench latency``: same node, then cross node."""
     results: list[LatencyResult] = []
-    with Databases(url) as dbs:
+    with Databases(url, allow_tmpfs=allow_tmpfs) as dbs:
         for cross in (False, True):
             name = "bench_latency_cross" if cross else "bench_latency_same"
+            facts = dbs.facts
             db_url = dbs.fresh(name)
-            facts = asyncio.run(_facts(db_url))
             found = run_latency(db_url, tasks=tasks, cross_node=cross)
             dbs.drop(name)
             results.append(found)
@@ -151,12 +141,12 @@ def run_latency_suite(*, url: str | None, tasks: int, out: Path) -> int:
 
 def run_memory_suite(
     *, url: str | None, minutes: float, rate: int, capacity: int, processes: int, out: Path,
-    sample_s: float,
+    sample_s: float, allow_tmpfs: bool = False,
 ) -> int:  # fmt: skip
     """``python -m bench memory``: the server's resident memory over a steady run."""
-    with Databases(url) as dbs:
+    with Databases(url, allow_tmpfs=allow_tmpfs) as dbs:
+        facts = dbs.facts
         db_url = dbs.fresh("bench_memory")
-        facts = asyncio.run(_facts(db_url))
         found = run_memory(
             db_url, minutes=minutes, rate=rate, capacity=capacity, processes=processes,
             sample_s=sample_s,
@@ -184,16 +174,16 @@ def run_memory_suite(
 
 def run_schedules_suite(
     *, url: str | None, schedules: int, minutes: float, interval_ms: int, modes: list[str],
-    server_processes: int, batch: int, out: Path,
+    server_processes: int, batch: int, out: Path, allow_tmpfs: bool = False,
 ) -> int:  # fmt: skip
     """``python -m bench schedules``: each mode on its own fresh database. The target is
     reported, not enforced: a run that misses it still writes its report."""
     results: list[SchedulesResult] = []
-    with Databases(url) as dbs:
+    with Databases(url, allow_tmpfs=allow_tmpfs) as dbs:
         for mode in modes:
             name = f"bench_schedules_{mode}"
+            facts = dbs.facts
             db_url = dbs.fresh(name)
-            facts = asyncio.run(_facts(db_url))
             found = run_schedules(
                 db_url, mode=mode, schedules=schedules, minutes=minutes,
                 interval_ms=interval_ms, server_processes=server_processes, batch=batch,
@@ -258,13 +248,13 @@ TARGET_HOP_P50_MS = 20
 
 def run_workflows_suite(
     *, url: str | None, instances: int, capacity: int, processes: int, server_processes: int,
-    paced: int, paced_per_s: float, baseline_tasks: int, out: Path,
+    paced: int, paced_per_s: float, baseline_tasks: int, out: Path, allow_tmpfs: bool = False,
 ) -> int:  # fmt: skip
     """``python -m bench workflows``: the raw-database baseline, then the workflow runs, each
     on its own fresh database. Targets are reported, not enforced."""
-    with Databases(url) as dbs:
+    with Databases(url, allow_tmpfs=allow_tmpfs) as dbs:
+        facts = dbs.facts
         raw = dbs.fresh("bench_raw")
-        facts = asyncio.run(_facts(raw))
         tries = [asyncio.run(run_baseline(raw, tasks=baseline_tasks, per_tx=100))
                  for _ in range(BASELINE_TRIES)]  # fmt: skip
         baseline = sorted(tries, key=lambda b: b.tasks_per_s)[len(tries) // 2]

@@ -30,7 +30,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import NamedTuple, Self
@@ -263,8 +263,12 @@ class _PortInUseError(RuntimeError):
 class MariaDBServer:
     """A private mariadbd: own data directory, own socket, own port on 127.0.0.1."""
 
-    def __init__(self, base_dir: Path | None = None) -> None:
+    def __init__(self, base_dir: Path | None = None, options: Sequence[str] = ()) -> None:
+        """``base_dir``: where the data directory is made (default: /dev/shm when there is
+        room, else the system's temporary folder). ``options``: more ``mariadbd`` options,
+        after the harness's own, so they override them (the benchmarks' server settings)."""
         self._base_dir = base_dir
+        self._options = tuple(options)
         self._root: Path | None = None
         self._socket_dir: Path | None = None
         self._port: int | None = None
@@ -460,6 +464,7 @@ class MariaDBServer:
             f"--pid-file={self.pid_file}",
             f"--log-error={self.error_log}",
             *_SERVER_OPTIONS,
+            *self._options,
         ]
         if os.geteuid() == 0:
             command.append("--user=root")
