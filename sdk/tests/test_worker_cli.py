@@ -71,7 +71,10 @@ def test_options_are_parsed() -> None:
     assert defaults.log_level == "info"
 
 
-@pytest.mark.parametrize("bad", [["t", "--concurrency", "0"], ["t", "--log-level", "loud"], []])
+@pytest.mark.parametrize(
+    "bad",
+    [["t", "--concurrency", "0"], ["t", "--prefetch", "-1"], ["t", "--log-level", "loud"], []],
+)
 def test_bad_options_exit_with_usage(bad: list[str]) -> None:
     with pytest.raises(SystemExit) as caught:
         build_parser().parse_args(bad)
@@ -117,6 +120,8 @@ async def test_main_applies_the_options_and_runs_the_worker() -> None:
             "cli-key",
             "--concurrency",
             "5",
+            "--prefetch",
+            "2",
             "--worker-id",
             "cli-worker",
         ]
@@ -124,7 +129,8 @@ async def test_main_applies_the_options_and_runs_the_worker() -> None:
         conn = await server.accept()
         hello = await conn.welcome()
         assert conn.headers["Authorization"] == "Bearer cli-key"
-        assert (hello["worker_id"], hello["capacity"]) == ("cli-worker", 5)
+        assert (hello["worker_id"], hello["capacity"]) == ("cli-worker", 5)  # nothing ran yet
+        assert load_worker("app.workers:worker").prefetch == 2
         load_worker("app.workers:worker").stop()  # the same object main runs; any thread
         assert await asyncio.wait_for(run, TIMEOUT) == 0
 

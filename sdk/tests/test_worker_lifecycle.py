@@ -18,7 +18,7 @@ def blocking_worker(
     """A worker whose handler runs until the test sets ``gates[task_id]``."""
     gates: dict[str, asyncio.Event] = {}
     contexts: dict[str, TaskContext] = {}
-    worker = Worker(url, "test-key", concurrency=concurrency)
+    worker = Worker(url, "test-key", concurrency=concurrency, prefetch=0)
 
     @worker.handler(queue="q", type="t")
     async def handle(ctx: TaskContext) -> str:

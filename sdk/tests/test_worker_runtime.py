@@ -17,6 +17,7 @@ TIMEOUT = 5.0
 
 def make_worker(server: FakeServer, **kwargs: Any) -> Worker:
     kwargs.setdefault("concurrency", 4)
+    kwargs.setdefault("prefetch", 0)  # each test that holds more says so
     return Worker(server.url, "test-key", worker_id="w-test", **kwargs)
 
 

@@ -51,7 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default: ${URL_ENV})",
     )
     parser.add_argument("--api-key", help=f"the worker's API key (default: ${API_KEY_ENV})")
-    parser.add_argument("--concurrency", type=_positive_int, help="tasks held at once")
+    parser.add_argument("--concurrency", type=_positive_int, help="tasks running at once")
+    parser.add_argument(
+        "--prefetch",
+        type=_non_negative_int,
+        help="tasks held beyond --concurrency, ready for a slot that frees "
+        "(default: as many as --concurrency when that is 32 or less, else 0)",
+    )
     parser.add_argument("--worker-id", help="this process's name in Orbit (default: host:pid)")
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     return parser
@@ -95,6 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             else None,
             api_key=args.api_key,
             concurrency=args.concurrency,
+            prefetch=args.prefetch,
             worker_id=args.worker_id,
         )
         worker.run()
@@ -139,6 +146,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0: {text}")
     return value
 
 

@@ -51,6 +51,10 @@ DEFAULT_LEASE_MS: Final = 30_000
 DEFAULT_HEARTBEAT_MS: Final = 10_000
 DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 MAX_LEASE_MARGIN_S: Final = 2.0
+PREFETCH_BELOW_S: Final = 0.1
+"""Tasks are prefetched only while handlers take less than this on average: for longer ones
+the server's round trip is small beside the run, and a held task could run sooner elsewhere."""
+RUN_TIME_WEIGHT: Final = 0.2  # of the newest run in the moving average of run times
 ABORT_WAIT_S: Final = 5.0
 
 
@@ -96,9 +100,12 @@ class Runtime:
         executor: Executor,
         logger: logging.Logger,
         lease_margin: float | None = None,
+        prefetch: int = 0,
     ) -> None:
         self.registry = registry
         self.concurrency = concurrency
+        self.prefetch = prefetch  # most tasks held beyond ``concurrency``, waiting for a slot
+        self.mean_run_s: float | None = None  # moving average of handler run times
         self.attempts: dict[AttemptKey, Attempt] = {}
         self.handler_tasks: set[asyncio.Task[None]] = set()
         self.stopping = False
@@ -125,14 +132,31 @@ class Runtime:
         return not (self.stopping or self.draining)
 
     def busy(self) -> int:
-        """Slots in use: attempts not yet running, and handlers that have not returned (a lost
-        sync handler keeps its thread, and so its slot, until it returns)."""
+        """Credits in use: attempts not yet running (prefetched ones included), and handlers
+        that have not returned (a lost sync handler keeps its thread, and so its slot, until
+        it returns)."""
         waiting = sum(
             1
             for a in self.attempts.values()
             if a.phase in (Phase.DELIVERED, Phase.RELEASING) and (a.task is None or a.task.done())
         )
         return waiting + len(self.handler_tasks)
+
+    def prefetch_now(self) -> int:
+        """Tasks to hold beyond ``concurrency`` now: ``prefetch`` once handlers have been seen
+        to take less than ``PREFETCH_BELOW_S`` on average, else none (also before any ran)."""
+        mean = self.mean_run_s
+        return self.prefetch if mean is not None and mean < PREFETCH_BELOW_S else 0
+
+    def running(self) -> int:
+        """Slots in use: handlers that have not returned, and attempts whose start was sent
+        (or waits to be sent again) and whose handler has not begun."""
+        starting = sum(
+            1
+            for a in self.attempts.values()
+            if a.phase is Phase.DELIVERED and a.task is None and a.inflight is not None
+        )
+        return starting + len(self.handler_tasks)
 
     def held_refs(self) -> list[Ref]:
         return [a.ref for a in self.attempts.values()]
@@ -350,6 +374,7 @@ class Runtime:
     async def _run(self, attempt: Attempt, spec: HandlerSpec, context: TaskContext) -> None:
         ref = attempt.ref
         item: ResultItem | None
+        began = self._loop.time()
         try:
             if spec.is_async:
                 item = succeeded_item(ref, await call_async(spec, context))
@@ -377,7 +402,12 @@ class Runtime:
         except Exception as exc:
             context.logger.debug("handler raised", exc_info=True)
             item = failed_item(ref, exc)
+        self._ran_for(self._loop.time() - began)
         self._finish(attempt, item)
+
+    def _ran_for(self, seconds: float) -> None:
+        mean = self.mean_run_s
+        self.mean_run_s = seconds if mean is None else mean + RUN_TIME_WEIGHT * (seconds - mean)
 
     def _handler_done(self, task: asyncio.Task[None]) -> None:
         self.handler_tasks.discard(task)

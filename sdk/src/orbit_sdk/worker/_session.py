@@ -147,7 +147,7 @@ class Session:
     async def _handshake(self) -> Welcome:
         rt = self._runtime
         rt.draining = False  # a drain ends with the connection that announced it
-        capacity = max(0, rt.concurrency - rt.busy()) if rt.accepting else 0
+        capacity = max(0, rt.concurrency + rt.prefetch_now() - rt.busy()) if rt.accepting else 0
         hello = Hello(
             protocol=[PROTOCOL_VERSION],
             worker_id=self._worker_id,
@@ -315,7 +315,12 @@ class Session:
                 frames.append(Heartbeat(id=request_id, items=[a.ref for a in held]))
         if not rt.accepting:
             rt.release_unstarted()
-        delivered = rt.pending(Phase.DELIVERED)
+        # Starts only for free slots: the other delivered attempts (prefetched) wait, leased
+        # and renewed by heartbeats, until a handler returns.
+        pending = rt.pending(Phase.DELIVERED)
+        room = max(0, rt.concurrency - rt.running())
+        delivered = [a for a in pending if a.task is not None]  # eager: running already
+        delivered += [a for a in pending if a.task is None][:room]
         for eager in (False, True):  # apart: the server holds eager starts briefly (0008)
             of_kind = [a for a in delivered if a.delivery.eager_start is eager]
             for chunk in _chunks(of_kind, MAX_ITEMS):
@@ -330,7 +335,7 @@ class Session:
                 Result(id=request_id, items=[a.result for a in chunk if a.result is not None])
             )
         if rt.accepting:
-            free = rt.concurrency - rt.busy() - self._granted
+            free = rt.concurrency + rt.prefetch_now() - rt.busy() - self._granted
             if free > 0:
                 self._granted += free
                 frames.append(Credit(n=free))

@@ -36,6 +36,9 @@ __all__ = ["Worker", "worker_urls"]
 
 WORKER_PATH: Final = "/v1/worker"
 DEFAULT_CONCURRENCY: Final = 16
+PREFETCH_UP_TO: Final = 32
+"""By default a worker of at most this many slots prefetches as many tasks as it has slots; a
+larger one none (measured: +12 % drain at 8 slots, -16 % at 256, where the server is busy)."""
 DEFAULT_SHUTDOWN_GRACE_S: Final = 30.0
 BACKOFF_BASE_S: Final = 0.2
 BACKOFF_CAP_S: Final = 10.0
@@ -63,6 +66,7 @@ class _Settings:
     api_key: str
     concurrency: int
     worker_id: str
+    prefetch: int
 
 
 class Worker:
@@ -71,10 +75,15 @@ class Worker:
     ``urls`` is one URL or several (a comma-separated string is split); ``http(s)://host``
     becomes ``ws(s)://host/v1/worker``. ``urls`` and ``api_key`` default to ``ORBIT_URL`` and
     ``ORBIT_API_KEY``, read when the worker starts, not when it is built. ``concurrency`` bounds
-    the tasks held at once (and the threads running sync handlers). ``worker_id`` names this
-    process to Orbit (default ``host:pid``). ``lease_margin`` is how many seconds before its
-    lease ends an attempt whose renewal is not confirmed counts as lost (default: the smaller
-    of 2 s and half the heartbeat interval). ``shutdown_grace`` is the default of
+    the tasks running at once (and the threads running sync handlers). ``prefetch`` is how many
+    more tasks the worker may hold, leased but not started, so that a slot that frees starts
+    its next task at once instead of asking the server for one (default: as many as
+    ``concurrency`` when that is 32 or less, else 0; 0 holds none beyond the running ones). It
+    holds them only while its handlers have taken less than 100 ms on average: a longer task
+    would rather run at once on another worker's free slot than wait here. ``worker_id`` names
+    this process to Orbit (default ``host:pid``). ``lease_margin`` is how many seconds before
+    its lease ends an attempt whose renewal is not confirmed counts as lost (default: the
+    smaller of 2 s and half the heartbeat interval). ``shutdown_grace`` is the default of
     :meth:`stop`'s ``grace_s``.
     """
 
@@ -84,6 +93,7 @@ class Worker:
         api_key: str | None = None,
         *,
         concurrency: int = DEFAULT_CONCURRENCY,
+        prefetch: int | None = None,
         worker_id: str | None = None,
         lease_margin: float | None = None,
         shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE_S,
@@ -93,9 +103,16 @@ class Worker:
         self._urls: str | Sequence[str] | None = None
         self._api_key: str | None = None
         self._concurrency = DEFAULT_CONCURRENCY
+        self._prefetch: int | None = None
         self._worker_id: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.configure(urls=urls, api_key=api_key, concurrency=concurrency, worker_id=worker_id)
+        self.configure(
+            urls=urls,
+            api_key=api_key,
+            concurrency=concurrency,
+            prefetch=prefetch,
+            worker_id=worker_id,
+        )
         if lease_margin is not None and lease_margin < 0:
             raise ConfigurationError(f"lease_margin must be >= 0: {lease_margin}")
         if shutdown_grace < 0:
@@ -118,6 +135,13 @@ class Worker:
     @property
     def concurrency(self) -> int:
         return self._concurrency
+
+    @property
+    def prefetch(self) -> int:
+        """Tasks held beyond ``concurrency``, ready to start when a slot frees."""
+        if self._prefetch is None:
+            return self._concurrency if self._concurrency <= PREFETCH_UP_TO else 0
+        return self._prefetch
 
     def handler(
         self,
@@ -152,6 +176,7 @@ class Worker:
         urls: str | Sequence[str] | None = None,
         api_key: str | None = None,
         concurrency: int | None = None,
+        prefetch: int | None = None,
         worker_id: str | None = None,
     ) -> None:
         """Change settings before the worker runs; ``None`` keeps the current value."""
@@ -163,6 +188,12 @@ class Worker:
             if concurrency < 1:
                 raise ConfigurationError(f"concurrency must be at least 1: {concurrency}")
             self._concurrency = concurrency
+        if prefetch is not None:
+            if isinstance(prefetch, bool) or not isinstance(prefetch, int):
+                raise ConfigurationError(f"prefetch must be an integer: {prefetch!r}")
+            if prefetch < 0:
+                raise ConfigurationError(f"prefetch must be at least 0: {prefetch}")
+            self._prefetch = prefetch
         if worker_id is not None:
             if not 1 <= len(worker_id) <= 200:
                 raise ConfigurationError("worker_id must have 1 to 200 characters")
@@ -204,6 +235,7 @@ class Worker:
             executor=executor,
             logger=self._logger,
             lease_margin=self._lease_margin,
+            prefetch=settings.prefetch,
         )
         connector = loop.create_task(self._connect_loop(runtime, settings))
         try:
@@ -258,7 +290,7 @@ class Worker:
         if not len(self._registry):
             raise ConfigurationError("no handlers: register one with @worker.handler(...)")
         worker_id = self._worker_id or f"{socket.gethostname()}:{os.getpid()}"[:200]
-        return _Settings(worker_urls(urls), api_key, self._concurrency, worker_id)
+        return _Settings(worker_urls(urls), api_key, self._concurrency, worker_id, self.prefetch)
 
     def _request_stop(self, grace_s: float | None) -> None:
         if grace_s is not None:
