@@ -43,7 +43,7 @@ async def test_server_errors_arrive_as_typed_sdk_errors(
         await sdk.request("GET", "/v1/nothing")
     await node.db.close()
     with pytest.raises(orbit_sdk.UnavailableError) as unavailable:
-        await sdk.request("GET", "/v1/whoami")
+        await sdk.request("GET", "/v1/tasks")
     assert unavailable.value.retryable and unavailable.value.retry_after
 
 

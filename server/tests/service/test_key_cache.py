@@ -10,7 +10,7 @@ import pytest
 
 from orbit_server.audit import Actor, AuditWriter
 from orbit_server.clock import FakeClock
-from orbit_server.errors import Unauthenticated
+from orbit_server.errors import DatabaseUnavailable, Unauthenticated
 from orbit_server.governance.keys import Role
 from orbit_server.governance.service import KeyService
 from orbit_server.store import Database
@@ -117,3 +117,14 @@ async def test_unknown_keys_are_not_kept(db: Database, clock: FakeClock, reads: 
         with pytest.raises(Unauthenticated):
             await keys.authenticate(unknown)
     assert len(reads) == 2
+
+
+async def test_nothing_is_taken_from_memory_while_the_database_is_down(
+    db: Database, clock: FakeClock, reads: list[str]
+) -> None:
+    keys = service(db, clock)
+    key_id, token = await new_key(keys)
+    await keys.authenticate(token)
+    db.availability.failed(DatabaseUnavailable())
+    await keys.authenticate(token)  # read again (here the database still answers)
+    assert reads == [key_id, key_id]

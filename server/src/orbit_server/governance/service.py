@@ -148,10 +148,12 @@ class KeyService:
 
     async def _key(self, key_id: str) -> ApiKey | None:
         """The key as remembered while its entry lasts, else as read now (and remembered
-        when it is usable; its secret is checked on every use all the same)."""
+        when it is usable; its secret is checked on every use all the same). While the
+        database is known to be down nothing is taken from memory: the read refuses (503), as
+        every other request does."""
         now = self._clock.now()
         known = self._known.get(key_id)
-        if known is not None and now < known[1]:
+        if known is not None and now < known[1] and self._db.availability.down_since is None:
             return known[0]
 
         async def unit(tx: Tx) -> ApiKey | None:
