@@ -77,8 +77,8 @@ async def _lane(url: str, lane: int, batches: int, per_tx: int) -> None:
         conn.close()
 
 
-async def run_baseline(url: str, *, tasks: int, per_tx: int, lanes: int = 8) -> BaselineResult:
-    """``tasks`` through insert → claim → done, ``per_tx`` per transaction, in ``lanes``."""
+async def fresh_raw_table(url: str) -> None:
+    """The baseline's table on the database ``url``, empty."""
     conn = await asyncmy.connect(**{**_connect_args(url), "autocommit": True})
     try:
         async with conn.cursor() as cur:
@@ -86,6 +86,11 @@ async def run_baseline(url: str, *, tasks: int, per_tx: int, lanes: int = 8) -> 
             await cur.execute("TRUNCATE TABLE raw_tasks")
     finally:
         conn.close()
+
+
+async def run_baseline(url: str, *, tasks: int, per_tx: int, lanes: int = 8) -> BaselineResult:
+    """``tasks`` through insert → claim → done, ``per_tx`` per transaction, in ``lanes``."""
+    await fresh_raw_table(url)
     batches = max(1, tasks // (per_tx * lanes))
     started = time.perf_counter()
     await asyncio.gather(*(_lane(url, lane, batches, per_tx) for lane in range(lanes)))

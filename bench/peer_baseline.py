@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncmy
 
-from bench.baseline import TABLE, _connect_args
+from bench.baseline import _connect_args, fresh_raw_table
 from bench.peer import PeerFigures, figures
 
 LANES = 8
@@ -60,13 +60,7 @@ async def run_peer_raw(
     url: str, *, tasks: int, single: int, batch: int, lanes: int = LANES, claim: int = CLAIM
 ) -> PeerFigures:
     """The peer workload's four figures on the bare database ``url``."""
-    conn = await asyncmy.connect(**{**_connect_args(url), "autocommit": True})
-    try:
-        async with conn.cursor() as cur:
-            await cur.execute(TABLE)
-            await cur.execute("TRUNCATE TABLE raw_tasks")
-    finally:
-        conn.close()
+    await fresh_raw_table(url)
     conn = await _connect(url)
     try:
         async with conn.cursor() as cur:
