@@ -31,7 +31,7 @@ class CreatedKey:
     token: str  # shown once, never stored
 
 
-# Most keys a node remembers as checked; past it the least recently read is forgotten.
+# Most keys a node remembers as checked; past it the one read longest ago is forgotten.
 KNOWN_KEYS = 10_000
 
 
