@@ -22,7 +22,23 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m bench")
     sub = parser.add_subparsers(dest="scenario", required=True)
-    claim = sub.add_parser("claim", help="service-level claim + start + complete vs backlog size")
+    # What every scenario on a database takes: where it runs, where its report goes.
+    on_database = argparse.ArgumentParser(add_help=False)
+    on_database.add_argument(
+        "--url", help="mysql://… of an existing server (default: a private MariaDB)"
+    )
+    on_database.add_argument(
+        "--out", type=Path, default=ROOT / "bench" / "results", help="report folder"
+    )
+    on_database.add_argument(
+        "--smoke", action="store_true", help="tiny sizes, to check the runner works"
+    )
+    on_database.add_argument("--allow-tmpfs", action="store_true", help=ALLOW_TMPFS_HELP)
+    claim = sub.add_parser(
+        "claim",
+        parents=[on_database],
+        help="service-level claim + start + complete vs backlog size",
+    )
     claim.add_argument(
         "--backlog",
         type=int,
@@ -33,12 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         "--measure", type=int, default=5000, help="tasks claimed and completed per run"
     )
     claim.add_argument("--batch", type=int, default=100, help="tasks per claim")
-    claim.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
-    claim.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
-    claim.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
-    claim.add_argument("--allow-tmpfs", action="store_true", help=ALLOW_TMPFS_HELP)
     tp = sub.add_parser(
-        "throughput", help="raw-database baseline, then Orbit end to end with SDK workers"
+        "throughput",
+        parents=[on_database],
+        help="raw-database baseline, then Orbit end to end with SDK workers",
     )
     tp.add_argument("--tasks", type=int, default=20_000, help="tasks per scenario run")
     tp.add_argument(
@@ -57,26 +71,18 @@ def main(argv: list[str] | None = None) -> int:
         help="per-key exclusion (1,000 keys), fairness (10 keys) and a queue limit, all on",
     )
     tp.add_argument("--baseline-tasks", type=int, default=40_000, help="tasks of the baseline")
-    tp.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
-    tp.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
-    tp.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
-    tp.add_argument("--allow-tmpfs", action="store_true", help=ALLOW_TMPFS_HELP)
-    lat = sub.add_parser("latency", help="submit → start and → result with idle workers")
+    lat = sub.add_parser(
+        "latency", parents=[on_database], help="submit → start and → result with idle workers"
+    )
     lat.add_argument("--tasks", type=int, default=500, help="tasks submitted one by one")
-    lat.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
-    lat.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
-    lat.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
-    lat.add_argument("--allow-tmpfs", action="store_true", help=ALLOW_TMPFS_HELP)
-    mem = sub.add_parser("memory", help="server memory over a steady run")
+    mem = sub.add_parser("memory", parents=[on_database], help="server memory over a steady run")
     mem.add_argument("--minutes", type=float, default=10.0, help="length of the steady run")
     mem.add_argument("--rate", type=int, default=500, help="tasks submitted per second")
     mem.add_argument("--capacity", type=int, default=64, help="total worker capacity")
     mem.add_argument("--processes", type=int, default=2, help="SDK worker processes")
-    mem.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
-    mem.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
-    mem.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
-    mem.add_argument("--allow-tmpfs", action="store_true", help=ALLOW_TMPFS_HELP)
-    sch = sub.add_parser("schedules", help="interval schedules firing: lag, passes, creates/s")
+    sch = sub.add_parser(
+        "schedules", parents=[on_database], help="interval schedules firing: lag, passes, creates/s"
+    )
     sch.add_argument("--schedules", type=int, default=10_000, help="interval schedules per run")
     sch.add_argument("--minutes", type=float, default=3.0, help="length of the measured window")
     sch.add_argument("--mode", choices=["phased", "aligned"], action="append", help="default: both")
@@ -86,11 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     sch.add_argument(
         "--batch", type=int, default=500, help="the server's ORBIT_SCHEDULE_BATCH (default 500)"
     )
-    sch.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
-    sch.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
-    sch.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
-    sch.add_argument("--allow-tmpfs", action="store_true", help=ALLOW_TMPFS_HELP)
-    wf = sub.add_parser("workflows", help="five-step workflows: steps/s and step-to-step latency")
+    wf = sub.add_parser(
+        "workflows",
+        parents=[on_database],
+        help="five-step workflows: steps/s and step-to-step latency",
+    )
     wf.add_argument("--instances", type=int, default=1000, help="instances started")
     wf.add_argument("--capacity", type=int, default=64, help="total worker capacity")
     wf.add_argument("--processes", type=int, default=2, help="SDK worker processes")
@@ -100,12 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     wf.add_argument("--paced", type=int, default=200, help="instances of the paced phase")
     wf.add_argument("--paced-rate", type=float, default=20.0, help="paced starts per second")
     wf.add_argument("--baseline-tasks", type=int, default=40_000, help="tasks of the baseline")
-    wf.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
-    wf.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
-    wf.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
-    wf.add_argument("--allow-tmpfs", action="store_true", help=ALLOW_TMPFS_HELP)
     peer = sub.add_parser(
         "peer-workload",
+        parents=[on_database],
         help="single submits, batched submits, drain: Orbit beside the raw database",
     )
     peer.add_argument("--tasks", type=int, default=20_000, help="tasks per run")
@@ -120,10 +123,6 @@ def main(argv: list[str] | None = None) -> int:
     peer.add_argument(
         "--server-processes", type=int, default=1, help="orbit server --processes (default 1)"
     )
-    peer.add_argument("--url", help="mysql://… of an existing server (default: a private MariaDB)")
-    peer.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
-    peer.add_argument("--smoke", action="store_true", help="tiny sizes, to check the runner works")
-    peer.add_argument("--allow-tmpfs", action="store_true", help=ALLOW_TMPFS_HELP)
     trip = sub.add_parser("trip", help="orbit_server function hops of one workflow trip")
     trip.add_argument("--runs", type=int, default=3, help="runs, each on a fresh server")
     trip.add_argument(
