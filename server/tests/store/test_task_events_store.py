@@ -31,6 +31,17 @@ async def pending(tx: Tx, owner_kind: str | None = None, after: str = "") -> lis
     return [e.id for e in found]
 
 
+@pytest.mark.covers("task_event_insert_now")
+async def test_an_event_written_at_once_is_refused_the_second_time(
+    db: Database, clock: FakeClock
+) -> None:
+    one = event(clock, 1, None)
+    await db.run(lambda tx: event_store.task_event_insert_now(tx, one))
+    with pytest.raises(DuplicateKey):  # raised by the call itself, where its caller catches it
+        await db.run(lambda tx: event_store.task_event_insert_now(tx, one))
+    assert await db.read(lambda tx: event_store.task_event_list_pending(tx, limit=5)) == [one]
+
+
 @pytest.mark.covers(
     "task_events_insert_many", "task_event_list_pending", "task_event_list_pending_owned",
     "task_event_mark_processed", "task_events_mark_processed_many",

@@ -56,6 +56,14 @@ class CountingTx:
         self._writes[query] += 1
         return await self._tx.execute_many(query, rows)
 
+    def defer(self, query: str, params: Any = None) -> None:
+        self._writes[query] += 1
+        self._tx.defer(query, params)
+
+    def defer_many(self, query: str, rows: Any) -> None:
+        self._writes[query] += 1
+        self._tx.defer_many(query, rows)
+
     async def fetch_all(self, query: str, params: Any = None) -> Any:
         self._reads[query] += 1
         return await self._tx.fetch_all(query, params)

@@ -41,7 +41,7 @@ async def attempts_insert(tx: Tx, leased: Sequence[Task], now: datetime) -> None
         for r in await tx.fetch_all("attempts_ended", {"task_ids": sorted(later)}):
             if int(r["number"]) == later[str(r["task_id"])] and r["ended_at"] is not None:
                 ended[str(r["task_id"])] = r["ended_at"]
-    await tx.execute_many(
+    tx.defer_many(
         "attempt_insert",
         [
             {
@@ -105,8 +105,8 @@ async def attempts_start_many(
 async def attempts_end_running_many(
     tx: Tx, task_ids: Sequence[str], state: str, cause: str, now: datetime
 ) -> None:
-    """The running attempts of these tasks end in ``state`` for ``cause``."""
-    await tx.execute(
+    """The running attempts of these tasks end in ``state`` for ``cause`` (a deferred write)."""
+    tx.defer(
         "attempts_end_running_many",
         {"task_ids": list(task_ids), "state": state, "cause": cause, "now": now},
     )
@@ -116,8 +116,8 @@ async def attempts_start_and_end_many(
     tx: Tx, task_ids: Sequence[str], state: str, cause: str, now: datetime
 ) -> None:
     """The leased attempts of these tasks start and end at once, in ``state`` for ``cause``:
-    an eager attempt whose report is its start as well (decision 0008)."""
-    await tx.execute(
+    an eager attempt whose report is its start as well (decision 0008); a deferred write."""
+    tx.defer(
         "attempts_start_and_end_many",
         {"task_ids": list(task_ids), "state": state, "cause": cause, "now": now},
     )

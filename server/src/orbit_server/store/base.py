@@ -79,6 +79,17 @@ class Tx(Protocol):
 
     async def execute_many(self, query: str, rows: Sequence[Params]) -> int: ...
 
+    def defer(self, query: str, params: Params | None = None) -> None:
+        """A write whose row count the unit does not read: sent with the unit's next statement,
+        or before its commit, in the same round trip where the database allows several
+        statements in one (MySQL/MariaDB; SQLite runs it at once). An error it meets is raised
+        by that next statement or the commit, and fails the unit as any other would."""
+        ...
+
+    def defer_many(self, query: str, rows: Sequence[Params]) -> None:
+        """``execute_many`` as a deferred write (see ``defer``)."""
+        ...
+
     async def execute_script(self, statements: Sequence[str]) -> None:
         """Raw DDL from migration files (never user input)."""
         ...

@@ -62,9 +62,10 @@ async def task_ready_insert(tx: Tx, task: Task) -> None:
 
 
 async def task_ready_insert_many(tx: Tx, tasks: Sequence[Task]) -> None:
-    """Put pending tasks (no concurrency key, gate open or none) into the claim range."""
+    """Put pending tasks (no concurrency key, gate open or none) into the claim range (a
+    deferred write)."""
     if tasks:
-        await tx.execute_many("task_ready_insert", [task_ready_params(t) for t in tasks])
+        tx.defer_many("task_ready_insert", [task_ready_params(t) for t in tasks])
 
 
 async def ready_insert_tasks(tx: Tx, task_ids: Sequence[str]) -> int:
@@ -78,15 +79,16 @@ async def task_ready_delete(tx: Tx, task_id: str) -> bool:
     return await tx.execute("task_ready_delete", {"task_id": task_id}) == 1
 
 
-async def ready_delete_many(tx: Tx, task_ids: Sequence[str]) -> int:
+async def ready_delete_many(tx: Tx, task_ids: Sequence[str]) -> None:
     """Take tasks out of the claim range (rows the caller holds, or no other transaction
-    does: the delete goes row by row through the primary key and waits for no other row)."""
-    if not task_ids:
-        return 0
-    ids = list(task_ids)
-    return await tx.execute(
-        "ready_delete_many", {"task_ids": ids, "task_ids_json": msgspec.json.encode(ids).decode()}
-    )
+    does: the delete goes row by row through the primary key and waits for no other row); a
+    deferred write."""
+    if task_ids:
+        ids = list(task_ids)
+        tx.defer(
+            "ready_delete_many",
+            {"task_ids": ids, "task_ids_json": msgspec.json.encode(ids).decode()},
+        )
 
 
 async def gate_park(tx: Tx, gate_id: str, *, open_: bool) -> int:
@@ -171,8 +173,9 @@ async def ready_fairness_keys(
 async def fairness_cursor_set(
     tx: Tx, scope: Scope, queue: str, type_: str, after_key: str, now: datetime
 ) -> None:
-    """Move the type's fairness rotation: the next claim starts after ``after_key``."""
-    await tx.execute(
+    """Move the type's fairness rotation: the next claim starts after ``after_key`` (a deferred
+    write)."""
+    tx.defer(
         "fairness_cursor_set",
         {**scope_params(scope), "queue": queue, "type": type_, "after_key": after_key, "now": now},
     )

@@ -93,9 +93,10 @@ async def queue_add_counts(
     tx: Tx, scope: Scope, name: str, *, pending: int = 0, active: int = 0, now: datetime
 ) -> None:
     """Move the queue's counters by the given deltas (in the transaction that moves tasks). The
-    row stays locked until the transaction ends: callers do this last, to hold it briefly."""
+    row stays locked until the transaction ends: callers do this last, to hold it briefly. A
+    deferred write: it goes out with the commit's round trip."""
     if pending or active:
-        await tx.execute(
+        tx.defer(
             "queue_add_counts",
             {**scope_params(scope), "name": name, "pending": pending, "active": active,
              "now": now},

@@ -137,6 +137,16 @@ class SQLiteTx:
         args = [_convert_params(named.args(r)) for r in rows]
         return self._execute(named.positional, args, many=True).rowcount
 
+    def defer(self, query: str, params: Params | None = None) -> None:
+        sql, args = self._queries.bind(query, params or {})
+        self._execute(sql, _convert_params(args), many=False)  # in process: no round trip
+
+    def defer_many(self, query: str, rows: Sequence[Params]) -> None:
+        if rows:
+            named = self._queries[query]
+            args = [_convert_params(named.args(r)) for r in rows]
+            self._execute(named.positional, args, many=True)
+
     async def execute_script(self, statements: Sequence[str]) -> None:
         for statement in statements:
             self._execute(statement, (), many=False)

@@ -46,9 +46,14 @@ def _events(rows: Sequence[Row]) -> list[ResultEvent]:
 
 async def task_events_insert_many(tx: Tx, events: Sequence[ResultEvent]) -> None:
     """Write result events of tasks whose counters the statement that moved them advanced
-    already, in one statement; ``DuplicateKey`` when one of them exists."""
+    already, in one statement (a deferred write: one that exists fails the unit)."""
     if events:
-        await tx.execute_many("task_event_insert", [task_event_params(e) for e in events])
+        tx.defer_many("task_event_insert", [task_event_params(e) for e in events])
+
+
+async def task_event_insert_now(tx: Tx, event: ResultEvent) -> None:
+    """Write one result event at once; ``DuplicateKey`` when it exists."""
+    await tx.execute("task_event_insert", task_event_params(event))
 
 
 async def task_event_list_pending(tx: Tx, *, limit: int, after: str = "") -> list[ResultEvent]:

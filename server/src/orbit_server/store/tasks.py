@@ -40,7 +40,10 @@ from orbit_server.store.base import (
     scope_params,
 )
 from orbit_server.store.base import json_or_none as _json
-from orbit_server.store.task_events import task_events_delete_for_tasks, task_events_insert_many
+from orbit_server.store.task_events import (
+    task_event_insert_now,
+    task_events_delete_for_tasks,
+)
 
 LAST = "~"  # sorts after every id
 IDS_PER_READ = 500  # task ids one read of tasks_in_states covers
@@ -314,9 +317,9 @@ async def task_insert_leased(tx: Tx, task: Task) -> None:
 
 
 async def tasks_insert_many(tx: Tx, tasks: Sequence[Task]) -> None:
-    """Insert tasks without idempotency keys in one multi-row statement."""
+    """Insert tasks without idempotency keys in one multi-row statement (a deferred write)."""
     if tasks:
-        await tx.execute_many("task_insert", [task_insert_params(t) for t in tasks])
+        tx.defer_many("task_insert", [task_insert_params(t) for t in tasks])
 
 
 # -- guarded moves ----------------------------------------------------------------------------
@@ -399,10 +402,11 @@ class LeaseGrant:
 async def tasks_lease_many(
     tx: Tx, task_ids: Sequence[str], grant: LeaseGrant, now: datetime
 ) -> list[Task]:
-    """Lease pending tasks to a session (a new epoch each); answers the leased tasks."""
+    """Lease pending tasks to a session (a new epoch each); answers the tasks as they are now
+    (the update and the read in one round trip)."""
     if not task_ids:
         return []
-    await tx.execute(
+    tx.defer(
         "tasks_lease_many",
         {
             "task_ids": list(task_ids),
@@ -525,7 +529,7 @@ async def tasks_succeed_many(tx: Tx, successes: Successes, now: datetime) -> Non
     if not s.task_ids:
         return
     ids = list(s.task_ids)
-    await tx.execute(
+    tx.defer(
         "tasks_succeed_many",
         {"task_ids": ids, "now": now, "counted": int(s.starting), "from_state": s.from_state},
     )
@@ -535,9 +539,9 @@ async def tasks_succeed_many(tx: Tx, successes: Successes, now: datetime) -> Non
         if result is not None
     ]
     if rows and tx.dialect == "mysql":
-        await tx.execute("task_results_set", {"rows_json": json_table_rows(rows)})
+        tx.defer("task_results_set", {"rows_json": json_table_rows(rows)})
     elif rows:
-        await tx.execute_many("task_results_set", rows)
+        tx.defer_many("task_results_set", rows)
     end = attempts_start_and_end_many if s.starting else attempts_end_running_many
     await end(tx, ids, s.attempt_state, s.cause, now)
 
@@ -572,7 +576,7 @@ async def task_event_insert(tx: Tx, event: ResultEvent) -> bool:
     if not await tx.execute("task_event_seq_set", {"task_id": event.task_id, "seq": event.seq}):
         return False  # the task has this event already (or is gone)
     try:
-        await task_events_insert_many(tx, [event])
+        await task_event_insert_now(tx, event)
     except DuplicateKey:
         return False
     return True
