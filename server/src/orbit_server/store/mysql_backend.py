@@ -221,13 +221,12 @@ class MySQLTx:
         """Run ``statements`` on ``cursor`` after the deferred writes, sharing their round trip
         where they are small; answers the rows the statements changed, the cursor left on the
         last one's result. A lone statement with nothing deferred runs prepared."""
-        if len(statements) == 1 and not self._deferred:
-            sql, args = statements[0]
-            await cursor.execute(sql, _convert_params(args))
-            return int(cursor.rowcount)
         batch, self._deferred = self._deferred, []
         skip = len(batch)
-        batch += [self._waiting(sql, args) for sql, args in statements]
+        if batch or len(statements) > 1:
+            batch += [self._waiting(sql, args) for sql, args in statements]
+        else:
+            batch = list(statements)
         try:
             return await _send(cursor, batch, skip)
         except _SendFailed as failed:

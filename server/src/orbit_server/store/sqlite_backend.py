@@ -126,26 +126,30 @@ class SQLiteTx:
         rows = await self.fetch_all(query, params)
         return rows[0] if rows else None
 
-    async def execute(self, query: str, params: Params | None = None) -> int:
+    def _write(self, query: str, params: Params | None) -> int:
         sql, args = self._queries.bind(query, params or {})
         return self._execute(sql, _convert_params(args), many=False).rowcount
 
-    async def execute_many(self, query: str, rows: Sequence[Params]) -> int:
+    def _write_many(self, query: str, rows: Sequence[Params]) -> int:
         if not rows:
             return 0
         named = self._queries[query]
         args = [_convert_params(named.args(r)) for r in rows]
         return self._execute(named.positional, args, many=True).rowcount
 
+    async def execute(self, query: str, params: Params | None = None) -> int:
+        return self._write(query, params)
+
+    async def execute_many(self, query: str, rows: Sequence[Params]) -> int:
+        return self._write_many(query, rows)
+
+    # In process, a statement costs no round trip: a deferred write runs at once.
+
     def defer(self, query: str, params: Params | None = None) -> None:
-        sql, args = self._queries.bind(query, params or {})
-        self._execute(sql, _convert_params(args), many=False)  # in process: no round trip
+        self._write(query, params)
 
     def defer_many(self, query: str, rows: Sequence[Params]) -> None:
-        if rows:
-            named = self._queries[query]
-            args = [_convert_params(named.args(r)) for r in rows]
-            self._execute(named.positional, args, many=True)
+        self._write_many(query, rows)
 
     async def execute_script(self, statements: Sequence[str]) -> None:
         for statement in statements:
