@@ -34,6 +34,13 @@ def main(argv: list[str] | None = None) -> int:
         "--smoke", action="store_true", help="tiny sizes, to check the runner works"
     )
     on_database.add_argument("--allow-tmpfs", action="store_true", help=ALLOW_TMPFS_HELP)
+    # What scenarios that start an Orbit server, or SDK worker processes, take.
+    servers = argparse.ArgumentParser(add_help=False)
+    servers.add_argument(
+        "--server-processes", type=int, default=1, help="orbit server --processes (default 1)"
+    )
+    workers = argparse.ArgumentParser(add_help=False)
+    workers.add_argument("--processes", type=int, default=2, help="SDK worker processes")
     claim = sub.add_parser(
         "claim",
         parents=[on_database],
@@ -51,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     claim.add_argument("--batch", type=int, default=100, help="tasks per claim")
     tp = sub.add_parser(
         "throughput",
-        parents=[on_database],
+        parents=[on_database, servers, workers],
         help="raw-database baseline, then Orbit end to end with SDK workers",
     )
     tp.add_argument("--tasks", type=int, default=20_000, help="tasks per scenario run")
@@ -60,10 +67,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     tp.add_argument(
         "--mode", choices=["burn-down", "steady"], action="append", help="default: both"
-    )
-    tp.add_argument("--processes", type=int, default=2, help="SDK worker processes")
-    tp.add_argument(
-        "--server-processes", type=int, default=1, help="orbit server --processes (default 1)"
     )
     tp.add_argument(
         "--features",
@@ -75,40 +78,36 @@ def main(argv: list[str] | None = None) -> int:
         "latency", parents=[on_database], help="submit → start and → result with idle workers"
     )
     lat.add_argument("--tasks", type=int, default=500, help="tasks submitted one by one")
-    mem = sub.add_parser("memory", parents=[on_database], help="server memory over a steady run")
+    mem = sub.add_parser(
+        "memory", parents=[on_database, workers], help="server memory over a steady run"
+    )
     mem.add_argument("--minutes", type=float, default=10.0, help="length of the steady run")
     mem.add_argument("--rate", type=int, default=500, help="tasks submitted per second")
     mem.add_argument("--capacity", type=int, default=64, help="total worker capacity")
-    mem.add_argument("--processes", type=int, default=2, help="SDK worker processes")
     sch = sub.add_parser(
-        "schedules", parents=[on_database], help="interval schedules firing: lag, passes, creates/s"
+        "schedules",
+        parents=[on_database, servers],
+        help="interval schedules firing: lag, passes, creates/s",
     )
     sch.add_argument("--schedules", type=int, default=10_000, help="interval schedules per run")
     sch.add_argument("--minutes", type=float, default=3.0, help="length of the measured window")
     sch.add_argument("--mode", choices=["phased", "aligned"], action="append", help="default: both")
     sch.add_argument(
-        "--server-processes", type=int, default=1, help="orbit server --processes (default 1)"
-    )
-    sch.add_argument(
         "--batch", type=int, default=500, help="the server's ORBIT_SCHEDULE_BATCH (default 500)"
     )
     wf = sub.add_parser(
         "workflows",
-        parents=[on_database],
+        parents=[on_database, servers, workers],
         help="five-step workflows: steps/s and step-to-step latency",
     )
     wf.add_argument("--instances", type=int, default=1000, help="instances started")
     wf.add_argument("--capacity", type=int, default=64, help="total worker capacity")
-    wf.add_argument("--processes", type=int, default=2, help="SDK worker processes")
-    wf.add_argument(
-        "--server-processes", type=int, default=1, help="orbit server --processes (default 1)"
-    )
     wf.add_argument("--paced", type=int, default=200, help="instances of the paced phase")
     wf.add_argument("--paced-rate", type=float, default=20.0, help="paced starts per second")
     wf.add_argument("--baseline-tasks", type=int, default=40_000, help="tasks of the baseline")
     peer = sub.add_parser(
         "peer-workload",
-        parents=[on_database],
+        parents=[on_database, servers, workers],
         help="single submits, batched submits, drain: Orbit beside the raw database",
     )
     peer.add_argument("--tasks", type=int, default=20_000, help="tasks per run")
@@ -118,10 +117,6 @@ def main(argv: list[str] | None = None) -> int:
     peer.add_argument("--batch", type=int, default=1000, help="tasks per batch of the rest")
     peer.add_argument(
         "--capacity", type=int, action="append", help="total worker capacity (default 8, 256)"
-    )
-    peer.add_argument("--processes", type=int, default=2, help="SDK worker processes")
-    peer.add_argument(
-        "--server-processes", type=int, default=1, help="orbit server --processes (default 1)"
     )
     trip = sub.add_parser("trip", help="orbit_server function hops of one workflow trip")
     trip.add_argument("--runs", type=int, default=3, help="runs, each on a fresh server")
