@@ -27,6 +27,7 @@ from orbit_server.pulse.service import QueueService, TaskService
 from orbit_server.pulse.sessions import SessionService
 from orbit_server.pulse.watch import TaskWatch
 from orbit_server.pulse.worker import WorkerService
+from orbit_server.pulse.workers import WorkerViews
 from orbit_server.runtime.health import ReadinessProbe
 from orbit_server.runtime.node import Node
 from orbit_server.runtime.ratelimit import RateLimiter
@@ -168,6 +169,7 @@ async def build_node(
         schedules=schedules,
         scheduler=scheduler,
         sessions=sessions,
+        worker_views=WorkerViews(db, clock, seen_window_ms=3 * settings.heartbeat_ms),
         workflows=workflows,
         workflow_control=Control(workflows.advancement),
         runner=runner,

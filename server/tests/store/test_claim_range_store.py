@@ -178,3 +178,33 @@ async def test_the_outlook_and_the_fairness_rotation_of_a_queues_types(
     await db.run(rotate)
     _, spans = await db.read(outlook)
     assert spans["send"] == KeySpan("", "c", "b") and spans["bill"].after is None
+
+
+@pytest.mark.covers("ready_groups")
+async def test_claimable_work_is_grouped_by_queue_type_and_version(
+    db: Database, clock: FakeClock
+) -> None:
+    oldest = task(clock, "t1")
+    clock.advance(1000)
+    rows = [
+        oldest,
+        task(clock, "t2"),
+        task(clock, "t3", handler_version="2"),
+        task(clock, "t4", queue="reports", type="build"),
+        task(clock, "t5", scope=OTHER),
+    ]
+
+    async def fill(tx: Tx) -> None:
+        for row in rows:
+            await ready_store.task_ready_insert(tx, row)
+
+    await db.run(fill)
+    groups = await db.read(lambda tx: ready_store.ready_groups(tx, SCOPE))
+    found = {(g.queue, g.type, g.handler_version): (g.count, g.oldest_run_at) for g in groups}
+    assert found == {
+        ("emails", "send", None): (2, oldest.run_at),
+        ("emails", "send", "2"): (1, rows[2].run_at),
+        ("reports", "build", None): (1, rows[3].run_at),
+    }
+    one = await db.read(lambda tx: ready_store.ready_groups(tx, SCOPE, queue="reports"))
+    assert [(g.queue, g.count) for g in one] == [("reports", 1)]

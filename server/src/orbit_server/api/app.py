@@ -17,7 +17,16 @@ from orbit_server.api.errors import handle_exception
 from orbit_server.api.json_body import decode_body
 from orbit_server.api.middleware import OrbitHTTPMiddleware
 from orbit_server.api.openapi import OrbitOperation
-from orbit_server.api.routes import audit, health, keys, queues, schedules, tasks, workflows
+from orbit_server.api.routes import (
+    audit,
+    health,
+    keys,
+    queues,
+    schedules,
+    tasks,
+    workers,
+    workflows,
+)
 from orbit_server.config import ServerRole, Settings
 from orbit_server.runtime.node import Node
 
@@ -44,6 +53,7 @@ API_ROUTES: list[Any] = [
     tasks.retry_task,
     tasks.resolve_task,
     queues.list_queues,
+    queues.get_queue,
     queues.update_queue,
     schedules.create_schedule,
     schedules.list_schedules,
@@ -71,6 +81,8 @@ API_ROUTES: list[Any] = [
     workflows.retry_step,
     workflows.skip_step,
     workflows.resolve_step,
+    workers.list_workers,
+    workers.get_worker,
 ]
 
 

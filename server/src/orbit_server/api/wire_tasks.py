@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -9,9 +10,11 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from orbit_server.api.wire import Request
+from orbit_server.api.wire_workers import UnservedGroup
 from orbit_server.clock import to_rfc3339
 from orbit_server.pulse import model as pulse_model
 from orbit_server.pulse.service import QueueView
+from orbit_server.pulse.workers import Unserved
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[^\s]+$")]
 # No leading or trailing blanks: MySQL-family collations ignore trailing spaces in comparisons,
@@ -85,6 +88,22 @@ class RetryOut(msgspec.Struct):
     max_backoff_ms: int
 
 
+UNSERVED_MESSAGES = {
+    "no_handler": "no connected worker has a handler for this queue and type",
+    "incompatible_version": "connected workers handle this type, but none this handler_version",
+    "queue_out_of_scope": "no usable worker API key of this environment may serve this queue",
+}
+
+
+class TaskUnserved(msgspec.Struct):
+    reason: str
+    message: str
+
+    @classmethod
+    def of(cls, reason: str) -> TaskUnserved:
+        return cls(reason, UNSERVED_MESSAGES.get(reason, reason))
+
+
 class Task(msgspec.Struct):
     id: str
     queue: str
@@ -111,6 +130,8 @@ class Task(msgspec.Struct):
     timeout_ms: int
     retry: RetryOut
     cancel_reason: str | None
+    # GET /v1/tasks/{id} of a pending task that no connected worker could take: why.
+    unserved: TaskUnserved | None = None
 
     @classmethod
     def of(cls, task: pulse_model.Task) -> Task:
@@ -215,9 +236,16 @@ class Queue(msgspec.Struct):
     counts: dict[str, int]
     oldest_pending_age_ms: int | None
     workers: int
+    unserved: list[UnservedGroup]
 
     @classmethod
-    def of(cls, view: QueueView, now: datetime, workers: int = 0) -> Queue:
+    def of(
+        cls,
+        view: QueueView,
+        now: datetime,
+        workers: int = 0,
+        unserved: Sequence[Unserved] = (),
+    ) -> Queue:
         queue = view.queue
         oldest = view.oldest_ready_at
         return cls(
@@ -243,6 +271,7 @@ class Queue(msgspec.Struct):
             if oldest is None
             else max(0, int((now - oldest).total_seconds() * 1000)),
             workers=workers,
+            unserved=[UnservedGroup.of(u, now) for u in unserved if u.queue == queue.name],
         )
 
 

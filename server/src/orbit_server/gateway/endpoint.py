@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -26,6 +27,28 @@ log = structlog.get_logger("orbit.gateway")
 
 PATH = "/v1/worker"
 CLOSE_SEND_S = 1.0  # longest the close frame may wait for room to be written
+
+
+@dataclass(frozen=True, slots=True)
+class Gone:
+    """The worker's side of the connection ended, with its close code (None: no close frame)."""
+
+    code: int | None
+
+
+# Why a session ended, as ``GET /v1/workers`` shows it, by the close code the server sent.
+_END_REASONS = {
+    p.CLOSE_UNAUTHENTICATED: "revoked",
+    p.CLOSE_TOO_SLOW: "too_slow",
+    p.CLOSE_INTERNAL: "error",
+}
+
+
+def _reason_of(ended: int | Gone) -> str:
+    if isinstance(ended, Gone):
+        normal = ended.code in (p.CLOSE_NORMAL, p.CLOSE_GOING_AWAY)
+        return "worker_stopped" if normal else "lost"
+    return _END_REASONS.get(ended, "protocol_error")
 
 
 class Rejected(Exception):
@@ -173,10 +196,10 @@ class Gateway:
             raise Forbidden("connecting a worker needs an API key with the worker role")
         return principal
 
-    async def _read(self, receive: Any) -> p.WorkerFrame | None:
+    async def _read(self, receive: Any) -> p.WorkerFrame | Gone:
         message = await receive()
         if message["type"] == "websocket.disconnect":
-            return None
+            return Gone(message.get("code"))
         data = message.get("text")
         if data is None:
             data = message.get("bytes") or b""
@@ -196,7 +219,7 @@ class Gateway:
         except TimeoutError:
             raise Rejected(p.CLOSE_HANDSHAKE_TIMEOUT, _error("handshake_timeout",
                            "no hello before the handshake deadline")) from None  # fmt: skip
-        if hello is None:
+        if isinstance(hello, Gone):
             return
         if not isinstance(hello, p.Hello):
             raise Rejected(
@@ -208,7 +231,8 @@ class Gateway:
                 principal.scope, key_id=principal.key_id, worker_id=hello.worker_id,
                 capacity=hello.capacity, handlers=[msgspec.structs.asdict(h) for h in handlers],
                 held=[HeldRef(r.task_id, r.attempt, r.lease_token) for r in hello.held],
-                queues=principal.queues,
+                queues=principal.queues, sdk=hello.sdk,
+                protocol=max(set(hello.protocol) & p.SUPPORTED_VERSIONS),
             )  # fmt: skip
         except Unavailable as exc:
             raise Rejected(p.CLOSE_INTERNAL, _error("unavailable", exc.message)) from None
@@ -272,19 +296,26 @@ class Gateway:
         reader = asyncio.create_task(self._read_loop(conn, receive))
         closed = asyncio.create_task(conn.closed.wait())
         close_code: int | None = p.CLOSE_GOING_AWAY
+        reason = "drain"
         try:
             done, _ = await asyncio.wait(
                 {writer, answerer, reader, closed}, return_when=asyncio.FIRST_COMPLETED
             )
             if reader in done:
-                close_code = reader.result()
+                ended = reader.result()
+                close_code = None if isinstance(ended, Gone) else ended
+                reason = _reason_of(ended)
             elif answerer in done and answerer.exception() is not None:
                 exc = answerer.exception()
                 close_code = p.CLOSE_TOO_SLOW if isinstance(exc, SlowConsumer) else p.CLOSE_INTERNAL
+                reason = _reason_of(close_code)
                 if not isinstance(exc, SlowConsumer):
                     log.error("worker request failed", exc_info=exc)
             elif closed in done and conn.close_code is not None:
                 close_code = conn.close_code  # revoked, or a worker that does not read
+                reason = _reason_of(close_code)
+            if conn.draining and reason in ("worker_stopped", "lost"):
+                reason = "drain"  # the worker left as the drain notice asked
         finally:
             conn.closed.set()
             self.dispatcher.detach(conn)
@@ -307,15 +338,15 @@ class Gateway:
             self.dispatcher.changed.set()
             self._node.metrics.worker_connections.dec()
             with contextlib.suppress(Unavailable):
-                await self._node.sessions.close(conn.session.session_id)
+                await self._node.sessions.close(conn.session.session_id, reason)
 
-    async def _read_loop(self, conn: Connection, receive: Any) -> int | None:
-        """Frames until the worker disconnects (None) or breaks the protocol (a close code)."""
+    async def _read_loop(self, conn: Connection, receive: Any) -> int | Gone:
+        """Frames until the worker disconnects or breaks the protocol (a close code)."""
         while True:
             try:
                 frame = await self._read(receive)
-                if frame is None:
-                    return None
+                if isinstance(frame, Gone):
+                    return frame
                 await conn.accept(frame)
             except Rejected as rejected:
                 if rejected.frame is not None:

@@ -556,6 +556,16 @@ class QueueService:
 
         return await self._db.read(unit)
 
+    async def get(self, scope: Scope, name: str) -> QueueView:
+        async def unit(tx: Tx) -> QueueView | None:
+            queue = await queue_store.queue_get(tx, scope, name)
+            return None if queue is None else await self._view(tx, queue)
+
+        found = await self._db.read(unit)
+        if found is None:
+            raise NotFound("no such queue")
+        return found
+
     @staticmethod
     async def _view(tx: Tx, queue: Queue) -> QueueView:
         return QueueView(

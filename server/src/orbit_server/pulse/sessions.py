@@ -51,17 +51,23 @@ class SessionService:
         handlers: list[dict[str, Any]],
         held: Sequence[HeldRef],
         queues: frozenset[str] | None = None,
+        sdk: str | None = None,
+        protocol: int | None = None,
     ) -> OpenedSession:
         """Record a new session and move each held attempt whose lease still holds to it. An
         attempt is adopted only within the key's rights: the task in ``scope`` and, for a key
-        limited to ``queues``, in one of them; any other answers ``stop`` like a stale one."""
+        limited to ``queues``, in one of them; any other answers ``stop`` like a stale one.
+        Open sessions of the same worker that their node stopped refreshing end as
+        ``replaced``."""
         session_id = new_id("ses_")
 
         async def unit(tx: Tx) -> OpenedSession:
             now = self._clock.now()
             session = sstore.NewSession(
-                session_id, scope, self._node, worker_id, key_id, capacity, handlers
-            )
+                session_id, scope, self._node, worker_id, key_id, capacity, handlers,
+                sdk=sdk, protocol=protocol,
+            )  # fmt: skip
+            await sstore.sessions_replace(tx, scope, worker_id, now - self._seen_window, now)
             await sstore.session_insert(tx, session, now)
             continuing: list[LeaseRef] = []
             stopped: list[LeaseRef] = []
@@ -82,9 +88,9 @@ class SessionService:
 
         return await self._db.run(unit)
 
-    async def close(self, session_id: str) -> None:
+    async def close(self, session_id: str, reason: str) -> None:
         async def unit(tx: Tx) -> None:
-            await sstore.session_close(tx, session_id, self._clock.now())
+            await sstore.session_close(tx, session_id, self._clock.now(), reason)
 
         await self._db.run(unit)
 

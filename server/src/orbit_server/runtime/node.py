@@ -16,6 +16,7 @@ from orbit_server.pulse.service import QueueService, TaskService
 from orbit_server.pulse.sessions import SessionService
 from orbit_server.pulse.watch import TaskWatch
 from orbit_server.pulse.worker import WorkerService
+from orbit_server.pulse.workers import WorkerViews
 from orbit_server.runtime.health import ReadinessProbe
 from orbit_server.runtime.ratelimit import RateLimiter
 from orbit_server.runtime.roles import Supervisor
@@ -44,6 +45,7 @@ class Node:
     schedules: ScheduleService
     scheduler: Scheduler  # its loop runs with the scheduler role
     sessions: SessionService
+    worker_views: WorkerViews  # workers across nodes and the work none of them can take
     workflows: WorkflowService
     workflow_control: Control  # pause, resume, cancel and step recovery (audited)
     runner: Runner  # its loops run with the advancement and events roles

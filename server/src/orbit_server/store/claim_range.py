@@ -40,6 +40,41 @@ class KeySpan:
     after: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class ReadyGroup:
+    """Claimable tasks of one queue, type and handler version: how many, the oldest run time."""
+
+    queue: str
+    type: str
+    handler_version: str | None
+    count: int
+    oldest_run_at: datetime
+
+
+async def ready_groups(
+    tx: Tx, scope: Scope, *, queue: str | None = None, limit: int = 10_000
+) -> list[ReadyGroup]:
+    rows = await tx.fetch_all(
+        "ready_groups",
+        {
+            **scope_params(scope),
+            "any_queue": 1 if queue is None else 0,
+            "queue": queue or "",
+            "limit": limit,
+        },
+    )
+    return [
+        ReadyGroup(
+            queue=str(r["queue"]),
+            type=str(r["type"]),
+            handler_version=r["handler_version"],
+            count=int(r["n"]),
+            oldest_run_at=r["oldest_at"],
+        )
+        for r in rows
+    ]
+
+
 def task_ready_params(task: Task) -> dict[str, Any]:
     """The parameters of ``task_ready_insert`` for one task."""
     return {

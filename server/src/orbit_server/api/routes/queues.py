@@ -13,7 +13,7 @@ from orbit_server.api.deps import NodeDep, PrincipalDep
 from orbit_server.api.openapi import BODY, KEYED, error_responses
 from orbit_server.api.pagination import NAME_POSITION, decode_cursor, next_cursor, page_limit
 from orbit_server.api.wire_tasks import Queue, QueueList, QueueUpdate
-from orbit_server.errors import InvalidRequest
+from orbit_server.errors import InvalidRequest, NotFound
 from orbit_server.governance.keys import Role
 from orbit_server.pulse.service import QueueSettings
 
@@ -36,11 +36,26 @@ async def list_queues(
         principal.scope, limit=size, after=decode_cursor(cursor, NAME_POSITION)
     )
     workers = await node.sessions.workers_per_queue(principal.scope)
+    unserved = await node.worker_views.unserved(principal.scope) if views else []
     now = node.clock.now()
     return QueueList(
-        items=[Queue.of(v, now, workers.get(v.queue.name, 0)) for v in views],
+        items=[Queue.of(v, now, workers.get(v.queue.name, 0), unserved) for v in views],
         next_cursor=next_cursor([v.queue.name for v in views], size),
     )
+
+
+@get(
+    "/v1/queues/{name:str}",
+    summary="One queue with its settings, counts, workers and unserved tasks",
+    tags=["queues"],
+    opt=roles(Role.SUBMITTER, Role.OPERATOR, Role.ADMIN),
+    responses=error_responses(*KEYED, NotFound),
+)
+async def get_queue(name: FromPath[str], principal: PrincipalDep, node: NodeDep) -> Queue:
+    view = await node.queues.get(principal.scope, name)
+    workers = await node.sessions.workers_per_queue(principal.scope)
+    unserved = await node.worker_views.unserved(principal.scope, queue=name)
+    return Queue.of(view, node.clock.now(), workers.get(name, 0), unserved)
 
 
 @put(

@@ -24,6 +24,7 @@ from orbit_server.api.wire_tasks import (
     TaskBatchOut,
     TaskList,
     TaskSubmit,
+    TaskUnserved,
 )
 from orbit_server.config import Settings
 from orbit_server.errors import (
@@ -169,8 +170,17 @@ async def get_task(
     wait_ms: Annotated[int | None, QueryParameter(ge=0, le=MAX_WAIT_MS)] = None,
 ) -> Task:
     if wait_ms:
-        return Task.of(await node.tasks.wait(principal.scope, task_id, wait_ms))
-    return Task.of(await node.tasks.get(principal.scope, task_id))
+        task = await node.tasks.wait(principal.scope, task_id, wait_ms)
+    else:
+        task = await node.tasks.get(principal.scope, task_id)
+    view = Task.of(task)
+    if task.state == TaskState.PENDING:
+        why = await node.worker_views.task_unserved(
+            principal.scope, task.queue, task.type, task.handler_version
+        )
+        if why is not None:
+            view.unserved = TaskUnserved.of(why)
+    return view
 
 
 @get(

@@ -223,9 +223,13 @@ CREATE TABLE IF NOT EXISTS worker_sessions (
   connected_at DATETIME(6) NOT NULL,
   last_seen_at DATETIME(6) NOT NULL,
   closed_at DATETIME(6) NULL,
+  sdk VARCHAR(100) NULL,
+  protocol INT NULL,
+  end_reason VARCHAR(32) NULL,
   PRIMARY KEY (id),
   KEY worker_sessions_node (node, closed_at),
-  KEY worker_sessions_closed (closed_at)
+  KEY worker_sessions_closed (closed_at),
+  KEY worker_sessions_scope (tenant, environment, id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE IF NOT EXISTS worker_session_queues (
@@ -398,4 +402,38 @@ CREATE TABLE IF NOT EXISTS fairness_cursors (
   after_key VARCHAR(128) NOT NULL,
   updated_at DATETIME(6) NOT NULL,
   PRIMARY KEY (tenant, environment, queue, type)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- Bulk operations (decision 0025).
+CREATE TABLE IF NOT EXISTS bulk_operations (
+  id VARCHAR(40) NOT NULL,
+  tenant VARCHAR(64) NOT NULL,
+  environment VARCHAR(64) NOT NULL,
+  kind VARCHAR(16) NOT NULL,
+  action VARCHAR(32) NOT NULL,
+  filter TEXT NOT NULL,
+  params TEXT NOT NULL,
+  state VARCHAR(16) NOT NULL,
+  matched INT NOT NULL,
+  done INT NOT NULL DEFAULT 0,
+  skipped INT NOT NULL DEFAULT 0,
+  failed INT NOT NULL DEFAULT 0,
+  skipped_reasons TEXT NOT NULL,
+  created_by VARCHAR(200) NOT NULL,
+  created_at DATETIME(6) NOT NULL,
+  updated_at DATETIME(6) NOT NULL,
+  finished_at DATETIME(6) NULL,
+  PRIMARY KEY (id),
+  KEY bulk_operations_scope (tenant, environment, id),
+  KEY bulk_operations_state (state, id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+CREATE TABLE IF NOT EXISTS bulk_operation_items (
+  operation_id VARCHAR(40) NOT NULL,
+  seq INT NOT NULL,
+  target_id VARCHAR(64) NOT NULL,
+  state VARCHAR(16) NOT NULL,
+  reason VARCHAR(200) NULL,
+  PRIMARY KEY (operation_id, seq),
+  KEY bulk_operation_items_state (operation_id, state, seq)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

@@ -6,6 +6,15 @@
 SELECT MIN(run_at) AS oldest_at FROM task_ready
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue
 
+-- name: ready_groups
+-- Claimable work of a scope by queue, type and handler version: what connected workers must be
+-- able to take (GET /v1/queues "unserved"). Reads the claim index, not the task rows.
+SELECT queue, type, handler_version, COUNT(*) AS n, MIN(run_at) AS oldest_at
+  FROM task_ready
+ WHERE tenant = :tenant AND environment = :environment AND (:any_queue = 1 OR queue = :queue)
+ GROUP BY queue, type, handler_version
+ LIMIT :limit
+
 -- name: task_ready_insert
 INSERT INTO task_ready (task_id, tenant, environment, queue, type, priority, run_at, fairness_key,
                         concurrency_key, handler_version, gate_id)
