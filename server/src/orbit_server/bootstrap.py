@@ -14,8 +14,10 @@ from orbit_server.config import ServerRole, Settings
 from orbit_server.gateway.endpoint import Gateway
 from orbit_server.governance.service import AuditService, KeyService
 from orbit_server.observability.metrics import Metrics
+from orbit_server.pulse.bulk import BULK_MAX_TARGETS, BulkService
 from orbit_server.pulse.gates import GateService
 from orbit_server.pulse.loops import (
+    bulk_loop,
     recovery_loop,
     retention_loop,
     scheduler_loop,
@@ -143,6 +145,8 @@ async def build_node(
             lambda: prune_history(tasks, schedules, sessions, workflows, settings)
         ),
     )
+    bulk = BulkService(db, clock, audit_writer, max_targets=BULK_MAX_TARGETS)
+    supervisor.register(ServerRole.RECOVERY, "bulk-operations", lambda: bulk_loop(bulk))
     supervisor.register(
         ServerRole.EVENTS, "workflow-events", lambda: events_loop(runner, watch.settled)
     )
@@ -169,6 +173,7 @@ async def build_node(
         schedules=schedules,
         scheduler=scheduler,
         sessions=sessions,
+        bulk=bulk,
         worker_views=WorkerViews(db, clock, seen_window_ms=3 * settings.heartbeat_ms),
         workflows=workflows,
         workflow_control=Control(workflows.advancement),

@@ -4,12 +4,15 @@ database is the source), a worker killed with SIGKILL, and tasks no connected wo
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import asyncmy
 import httpx
 import pytest
 
@@ -155,3 +158,75 @@ def test_workers_across_nodes_and_unserved_work(ops: Ops) -> None:
         "the served version to run",
     )
     assert ops.get(url_a, f"/v1/tasks/{served['id']}")["unserved"] is None
+
+
+async def cancels_per_task(url: str) -> dict[str, int]:
+    """From the database: how many times each task was moved to cancelled (its result
+    events), to show that no task was acted on twice."""
+    parts = urlsplit(url)
+    conn = await asyncmy.connect(
+        host=parts.hostname, port=parts.port or 3306, user=parts.username or "root",
+        password=parts.password or "", database=parts.path.lstrip("/"),
+    )  # fmt: skip
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute(
+                "SELECT task_id, COUNT(*) FROM task_events WHERE state = 'cancelled'"
+                " GROUP BY task_id"
+            )
+            rows = await cur.fetchall()
+    finally:
+        await conn.ensure_closed()
+    return {str(task_id): int(n) for task_id, n in rows}
+
+
+def test_a_bulk_cancel_survives_a_killed_server_and_acts_once(
+    ops: Ops, migrated_mariadb_url: str
+) -> None:
+    """10,000 tasks selected by filter, 2,000 more that match submitted while it runs, the
+    server that was stepping it killed with SIGKILL half-way: exactly the 10,000 end
+    cancelled, once each, with one audit record."""
+    url_a, url_b = ops.server("node-a"), ops.server("node-b")
+
+    def submit(count: int) -> None:
+        for _ in range(count // 1000):
+            ops.post(url_b, "/v1/tasks:batch", {"tasks": [
+                {"queue": "bulk", "type": "noop", "labels": {"incident": "42"}}
+                for _ in range(1000)
+            ]})  # fmt: skip
+
+    submit(10_000)
+    body = {"action": "cancel", "filter": {"queue": "bulk", "label": "incident:42",
+                                           "state": ["pending", "scheduled"]},
+            "params": {"reason": "incident 42"}}  # fmt: skip
+    dry = ops.post(url_a, "/v1/tasks:bulk", {**body, "dry_run": True})
+    assert dry["matched"] == 10_000 and len(dry["sample"]) == 10
+    assert ops.get(url_a, "/v1/queues/bulk")["counts"]["pending"] == 10_000  # nothing changed
+
+    op = ops.post(url_a, "/v1/tasks:bulk", body)
+    assert (op["state"], op["matched"]) == ("running", 10_000)
+    submit(2_000)  # they match the filter too, but after the selection froze
+
+    def progressed() -> bool:
+        return ops.get(url_b, f"/v1/bulk-operations/{op['id']}")["done"] >= 2_000
+
+    eventually(progressed, "a fifth of the operation", timeout=120)
+    killed = ops.procs[0]
+    killed.proc.send_signal(signal.SIGKILL)
+    killed.proc.wait()
+
+    def finished() -> bool:
+        return ops.get(url_b, f"/v1/bulk-operations/{op['id']}")["state"] == "completed"
+
+    eventually(finished, "node-b to finish the operation", timeout=240)
+    final = ops.get(url_b, f"/v1/bulk-operations/{op['id']}")
+    assert (final["done"], final["skipped"], final["failed"], final["remaining"]) == (
+        10_000, 0, 0, 0
+    )  # fmt: skip
+    counts = ops.get(url_b, "/v1/queues/bulk")["counts"]
+    assert (counts["cancelled"], counts["pending"]) == (10_000, 2_000)
+    per_task = asyncio.run(cancels_per_task(migrated_mariadb_url))
+    assert len(per_task) == 10_000 and set(per_task.values()) == {1}
+    audit = ops.get(url_b, "/v1/audit", target_kind="bulk_operation", target_id=op["id"])
+    assert [a["action"] for a in audit["items"]] == ["tasks.bulk.cancel"]
+    assert audit["items"][0]["details"]["matched"] == 10_000

@@ -19,6 +19,7 @@ from orbit_server.api.middleware import OrbitHTTPMiddleware
 from orbit_server.api.openapi import OrbitOperation
 from orbit_server.api.routes import (
     audit,
+    bulk,
     health,
     keys,
     queues,
@@ -83,6 +84,11 @@ API_ROUTES: list[Any] = [
     workflows.resolve_step,
     workers.list_workers,
     workers.get_worker,
+    bulk.bulk_tasks,
+    bulk.list_bulk_operations,
+    bulk.get_bulk_operation,
+    bulk.list_bulk_items,
+    bulk.cancel_bulk_operation,
 ]
 
 

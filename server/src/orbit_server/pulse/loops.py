@@ -11,6 +11,7 @@ import structlog
 
 from orbit_server.errors import DatabaseBusy, DatabaseUnavailable, TransientError, Unavailable
 from orbit_server.pulse.admission import KeyAdmissions
+from orbit_server.pulse.bulk import BulkService
 from orbit_server.pulse.scheduler import PassReport, Scheduler
 from orbit_server.pulse.worker import WorkerService
 
@@ -45,6 +46,25 @@ async def recovery_loop(
             expired = promoted = admitted = 0
         if expired == 0 and promoted == 0 and admitted == 0:
             await asyncio.sleep(interval_s)
+
+
+async def bulk_loop(bulk: BulkService, *, interval_s: float = 1.0) -> None:
+    """Step bulk operations while there is work; between, wait ``interval_s`` (the longest an
+    operation started through another node, or left by a node that died, waits) or for one
+    started on this node. While the database is down the loop decides nothing."""
+    while True:
+        bulk.started.clear()
+        try:
+            settled = await bulk.step()
+        except TransientError as exc:  # the database is down or busy: the step is done again
+            log_skipped(log, "bulk operation step", exc)
+            settled = 0
+        except Exception:  # a bug must not stop every other operation and recovery pass
+            log.exception("bulk operation step failed")
+            settled = 0
+        if settled == 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(bulk.started.wait(), interval_s)
 
 
 async def settled_watch_loop(

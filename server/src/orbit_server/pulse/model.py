@@ -233,3 +233,65 @@ class Gate:
     version: int
     created_at: datetime
     updated_at: datetime
+
+
+# -- bulk operations (decision 0025) ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BulkRecord:
+    id: str
+    scope: Scope
+    kind: str
+    action: str
+    filter: dict[str, Any]
+    params: dict[str, Any]
+    state: str
+    matched: int
+    done: int
+    skipped: int
+    failed: int
+    skipped_reasons: dict[str, int]
+    created_by: str
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class BulkItem:
+    seq: int
+    target_id: str
+    state: str
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """How one item of a step ended: ``done``, ``skipped`` or ``failed``, and why."""
+
+    seq: int
+    state: str
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSelection:
+    """The column filters of a task selection (None: any)."""
+
+    queue: str | None = None
+    states: tuple[str, ...] | None = None
+    type: str | None = None
+    ids: tuple[str, ...] | None = None
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+    finished_from: datetime | None = None
+    finished_to: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SelectedTask:
+    id: str
+    state: str
+    labels: dict[str, str]
+    error_code: str | None

@@ -9,6 +9,7 @@ from orbit_server.clock import Clock
 from orbit_server.config import Settings
 from orbit_server.governance.service import AuditService, KeyService
 from orbit_server.observability.metrics import Metrics
+from orbit_server.pulse.bulk import BulkService
 from orbit_server.pulse.gates import GateService
 from orbit_server.pulse.schedule_service import ScheduleService
 from orbit_server.pulse.scheduler import Scheduler
@@ -45,6 +46,7 @@ class Node:
     schedules: ScheduleService
     scheduler: Scheduler  # its loop runs with the scheduler role
     sessions: SessionService
+    bulk: BulkService  # its steps run with the recovery role
     worker_views: WorkerViews  # workers across nodes and the work none of them can take
     workflows: WorkflowService
     workflow_control: Control  # pause, resume, cancel and step recovery (audited)
