@@ -14,7 +14,8 @@ from orbit_server.config import ServerRole, Settings
 from orbit_server.gateway.endpoint import Gateway
 from orbit_server.governance.service import AuditService, KeyService
 from orbit_server.observability.metrics import Metrics
-from orbit_server.pulse.bulk import BULK_MAX_TARGETS, BulkService
+from orbit_server.pulse.bulk import BulkService
+from orbit_server.pulse.bulk_tasks import TaskBulk
 from orbit_server.pulse.gates import GateService
 from orbit_server.pulse.loops import (
     bulk_loop,
@@ -37,6 +38,7 @@ from orbit_server.runtime.roles import Supervisor
 from orbit_server.store import Database, open_database
 from orbit_server.store.migrate import schema_status
 from orbit_server.weave.advance import Advance
+from orbit_server.weave.bulk import WorkflowBulk
 from orbit_server.weave.control import Control
 from orbit_server.weave.runner import Runner, events_loop, waits_loop
 from orbit_server.weave.service import WorkflowService
@@ -145,7 +147,12 @@ async def build_node(
             lambda: prune_history(tasks, schedules, sessions, workflows, settings)
         ),
     )
-    bulk = BulkService(db, clock, audit_writer, max_targets=BULK_MAX_TARGETS)
+    bulk = BulkService(
+        db,
+        clock,
+        audit_writer,
+        {"tasks": TaskBulk(clock), "workflows": WorkflowBulk(workflows.advancement)},
+    )
     supervisor.register(ServerRole.RECOVERY, "bulk-operations", lambda: bulk_loop(bulk))
     supervisor.register(
         ServerRole.EVENTS, "workflow-events", lambda: events_loop(runner, watch.settled)

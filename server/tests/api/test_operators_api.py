@@ -8,7 +8,9 @@ import httpx2
 from orbit_server.governance.keys import Role
 from orbit_server.runtime.node import Node
 from tests.api.test_error_contract import assert_error
+from tests.api.test_workflows_api import audit, publish, read, start
 from tests.conftest import SCOPE, bearer, make_key
+from tests.service.weave_support import body, task
 
 
 async def test_a_bulk_retry_over_http(http: httpx2.AsyncClient, node: Node) -> None:
@@ -87,3 +89,55 @@ async def test_one_queue_and_the_workers_list(http: httpx2.AsyncClient, node: No
     assert_error(await http.get("/v1/workers", headers=submitter), 403, "forbidden", "permission")
     assert_error(await http.get("/v1/workers/ses_nope", headers=operator), 404, "not_found",
                  "protocol")  # fmt: skip
+
+
+async def test_a_bulk_pause_resume_and_cancel_of_workflows(
+    http: httpx2.AsyncClient, node: Node
+) -> None:
+    operator = bearer(await make_key(node, SCOPE, Role.OPERATOR))
+    await publish(http, operator, body("one", [task("a")]))
+    await publish(http, operator, body("two", [task("b")]))
+    ones = [(await start(http, operator, "one"))["id"] for _ in range(4)]
+    other = (await start(http, operator, "two"))["id"]
+    await http.post(f"/v1/workflows/{ones[0]}/pause", headers=operator)
+
+    async def run(action: str, **extra: object) -> dict[str, object]:
+        body_ = {"action": action, "filter": {"definition": "one"}, **extra}
+        started = await http.post("/v1/workflows:bulk", json=body_, headers=operator)
+        assert started.status_code == 202, started.text
+        while await node.bulk.step():
+            pass
+        done = await http.get(f"/v1/bulk-operations/{started.json()['id']}", headers=operator)
+        result: dict[str, object] = done.json()
+        return result
+
+    dry = await http.post("/v1/workflows:bulk", headers=operator, json={
+        "action": "pause", "filter": {"definition": "one", "state": "running"}, "dry_run": True
+    })  # fmt: skip
+    assert (dry.status_code, dry.json()["matched"]) == (200, 3)
+    assert sorted(dry.json()["sample"]) == sorted(ones[1:])
+
+    paused = await run("pause", params={"reason": "maintenance"})
+    assert (paused["kind"], paused["done"], paused["skipped"]) == ("workflows", 3, 1)
+    assert paused["skipped_reasons"] == {"unchanged": 1}  # the one paused by hand
+    assert {(await read(http, operator, i))["state"] for i in ones} == {"paused"}
+    assert (await read(http, operator, other))["state"] == "running"
+    resumed = await run("resume")
+    assert (resumed["done"], resumed["skipped"]) == (4, 0)
+    cancelled = await run("cancel", params={"reason": "withdrawn"})
+    assert cancelled["done"] == 4
+    views = [await read(http, operator, i) for i in ones]
+    assert {(v["state"], v["error"]["message"]) for v in views} == {("cancelled", "withdrawn")}
+    again = await run("pause")
+    assert again["skipped_reasons"] == {"state_conflict": 4}
+    refused = await http.post(
+        "/v1/workflows:bulk",
+        headers=operator,
+        json={"action": "retry_step", "filter": {"definition": "one"}},
+    )
+    assert_error(refused, 400, "invalid_request", "protocol")
+    empty = await http.post("/v1/workflows:bulk", headers=operator,
+                            json={"action": "pause", "filter": {}})  # fmt: skip
+    assert_error(empty, 400, "invalid_request", "protocol")
+    trail = await audit(http, node, "bulk_operation", str(paused["id"]))
+    assert [e["action"] for e in trail] == ["workflows.bulk.pause"]

@@ -9,12 +9,20 @@ import pytest
 
 from orbit_server.audit import Actor
 from orbit_server.errors import InvalidRequest, StateConflict
-from orbit_server.pulse.bulk import BulkService, TaskFilter
+from orbit_server.pulse.bulk import BulkService
+from orbit_server.pulse.bulk_tasks import TaskBulk, TaskFilter
 from orbit_server.pulse.model import TaskSelection, TaskSpec
 from orbit_server.runtime.node import Node
 from tests.conftest import OTHER_TENANT, SCOPE
 
 ACTOR = Actor("key_op")
+
+
+def tasks_bulk(node: Node, max_targets: int = 1000, batch: int = 200) -> BulkService:
+    kinds = {"tasks": TaskBulk(node.clock)}
+    return BulkService(
+        node.db, node.clock, node.audit_writer, kinds, max_targets=max_targets, batch=batch
+    )
 
 
 async def submit(node: Node, count: int, **spec: object) -> list[str]:
@@ -35,8 +43,7 @@ async def run_out(bulk: BulkService) -> int:
 
 
 async def test_a_bulk_cancel_acts_on_the_frozen_selection_once(node: Node) -> None:
-    bulk = BulkService(node.db, node.clock, node.audit_writer, max_targets=1000,
-                       batch=7)  # fmt: skip
+    bulk = tasks_bulk(node, max_targets=1000, batch=7)
     selected = await submit(node, 30)
     await submit(node, 5, labels={"wave": "2"})  # outside the filter
     what = TaskFilter(TaskSelection(queue="mail", states=("pending",)), label=("wave", "1"))
@@ -72,7 +79,7 @@ async def test_a_bulk_cancel_acts_on_the_frozen_selection_once(node: Node) -> No
 
 
 async def test_retry_resolve_priority_and_run_time_in_bulk(node: Node) -> None:
-    bulk = BulkService(node.db, node.clock, node.audit_writer, max_targets=1000)
+    bulk = tasks_bulk(node)
     waiting = await submit(node, 3)
     later = await submit(node, 2, delay_ms=60_000)
 
@@ -96,8 +103,7 @@ async def test_retry_resolve_priority_and_run_time_in_bulk(node: Node) -> None:
 
 
 async def test_a_cancelled_operation_stops_and_filters_are_bounded(node: Node) -> None:
-    bulk = BulkService(node.db, node.clock, node.audit_writer, max_targets=10,
-                       batch=4)  # fmt: skip
+    bulk = tasks_bulk(node, max_targets=10, batch=4)
     ids = await submit(node, 10)
     what = TaskFilter(TaskSelection(queue="mail"))
     op = await bulk.start(SCOPE, action="cancel", what=what, filter_doc={}, params={},

@@ -15,7 +15,10 @@ from orbit_server.store import Database, Tx
 from orbit_server.store import bulk as bulk_store
 from orbit_server.store import claim_range as ready_store
 from orbit_server.store import tasks as task_store
+from orbit_server.weave.states import WorkflowState
 from tests.store.builders import OTHER, SCOPE, insert, task
+from tests.store.test_workflows_store import insert as insert_workflows
+from tests.store.test_workflows_store import workflow
 
 
 @pytest.mark.covers(
@@ -135,3 +138,32 @@ async def test_a_selection_reads_tasks_by_their_columns(db: Database, clock: Fak
     assert not await db.run(lambda tx: bulk_store.task_move_run_at(tx, "t1", moved, now))
     got = await db.read(lambda tx: task_store.task_get(tx, SCOPE, "t2"))
     assert got is not None and got.run_at == moved and got.priority == 3
+
+
+@pytest.mark.covers("workflows_select")
+async def test_a_workflow_selection_reads_instances_by_their_columns(
+    db: Database, clock: FakeClock
+) -> None:
+    first = workflow(clock, "wf_1")
+    clock.advance(timedelta(seconds=5))
+    rows = [
+        first,
+        dataclasses.replace(workflow(clock, "wf_2"), state=WorkflowState.PAUSED),
+        workflow(clock, "wf_3", definition="billing"),
+        workflow(clock, "wf_4", scope=OTHER),
+    ]
+    await insert_workflows(db, *rows)
+
+    async def ids(**filters: object) -> list[str]:
+        return await db.read(
+            lambda tx: bulk_store.workflows_select(tx, SCOPE, after="", limit=10, **filters)  # type: ignore[arg-type]
+        )
+
+    assert await ids() == ["wf_1", "wf_2", "wf_3"]
+    assert await ids(definition="signup") == ["wf_1", "wf_2"]
+    assert await ids(states=["paused"]) == ["wf_2"]
+    assert await ids(ids=["wf_3", "wf_4"]) == ["wf_3"]
+    assert await ids(created_to=rows[1].created_at) == ["wf_1"]
+    assert await ids(created_from=rows[1].created_at, definition="billing") == ["wf_3"]
+    page = await db.read(lambda tx: bulk_store.workflows_select(tx, SCOPE, after="wf_1", limit=1))
+    assert page == ["wf_2"]

@@ -85,6 +85,7 @@ API_ROUTES: list[Any] = [
     workers.list_workers,
     workers.get_worker,
     bulk.bulk_tasks,
+    bulk.bulk_workflows,
     bulk.list_bulk_operations,
     bulk.get_bulk_operation,
     bulk.list_bulk_items,

@@ -61,6 +61,40 @@ class BulkDryRun(msgspec.Struct):
     sample: list[Task]
 
 
+WorkflowStateName = Literal["running", "paused", "needs_review", "succeeded", "failed", "cancelled"]
+
+
+class WorkflowFilterIn(Request):
+    """Every given field must match; at least one must be given."""
+
+    definition: Name | None = None
+    state: WorkflowStateName | list[WorkflowStateName] | None = None
+    created_after: Moment | None = None
+    created_before: Moment | None = None
+    ids: Annotated[list[str], msgspec.Meta(min_length=1, max_length=MAX_IDS)] | None = None
+
+
+class WorkflowBulkParamsIn(Request):
+    """``reason`` (cancel, pause, resume), ``step`` (retry_step: the step's key)."""
+
+    reason: Annotated[str, msgspec.Meta(max_length=500)] | None = None
+    step: Annotated[str, msgspec.Meta(min_length=1, max_length=160)] | None = None
+
+
+class WorkflowBulkIn(Request):
+    action: Literal["cancel", "pause", "resume", "retry_step"]
+    filter: WorkflowFilterIn
+    params: WorkflowBulkParamsIn = msgspec.field(default_factory=WorkflowBulkParamsIn)
+    dry_run: bool = False
+
+
+class WorkflowBulkDryRun(msgspec.Struct):
+    dry_run: bool
+    action: str
+    matched: int
+    sample: list[str]  # the first matching workflow ids
+
+
 class BulkOperation(msgspec.Struct):
     id: str
     kind: str

@@ -1,27 +1,29 @@
-"""Bulk operations on tasks (decision 0025): an operator's action over every task a filter
-matches, frozen at the start and applied in bounded batches in the background.
+"""Bulk operations (decision 0025): an operator's action over every object a filter matches,
+frozen at the start and applied in bounded batches in the background.
 
 - **Frozen selection.** ``start`` reads the matching ids and stores them, with the operation
-  and its one audit record, in one transaction: a task that enters the filter later is never
-  touched. A dry run reads the same selection and writes nothing.
-- **Exactly once per task.** Each step locks one running operation (``SKIP LOCKED``: nodes step
-  different operations side by side), applies the action to its next pending items and
+  and its one audit record, in one transaction: an object that enters the filter later is
+  never touched. A dry run reads the same selection and writes nothing.
+- **Exactly once per target.** Each step locks one running operation (``SKIP LOCKED``: nodes
+  step different operations side by side), applies the action to its next pending items and
   settles each item in the same transaction. A node that dies mid-step leaves the step
   uncommitted; another node's step does it again, whole.
 - **What each item becomes.** ``done``; ``skipped`` with a reason (``state_conflict``: the
-  task's state no longer allows the action; ``already_cancelled``; ``not_found``: pruned
-  meanwhile; ``queue_full``);
-  ``failed`` with the error code. The counts and the reasons add up on the operation.
+  target's state no longer allows the action; ``already_cancelled``; ``not_found``: pruned
+  meanwhile; ``queue_full``); ``failed`` with the error code. The counts and the reasons add
+  up on the operation.
+
+What an action does to its targets belongs to a :class:`BulkKind`: Pulse's tasks
+(:mod:`orbit_server.pulse.bulk_tasks`) and Weave's workflows register one each.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from orbit_server.audit import Actor, AuditWriter
 from orbit_server.clock import Clock
@@ -34,55 +36,76 @@ from orbit_server.errors import (
     TransientError,
 )
 from orbit_server.ids import new_id
-from orbit_server.pulse.apply import apply
-from orbit_server.pulse.domain_events import CancelRequested
-from orbit_server.pulse.model import (
-    BulkItem,
-    BulkRecord,
-    SelectedTask,
-    Settled,
-    Task,
-    TaskSelection,
-)
-from orbit_server.pulse.states import Event, IllegalTransition, TaskState
-from orbit_server.pulse.transitions import Transition, transition
+from orbit_server.pulse.model import BulkItem, BulkRecord, Settled
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
 from orbit_server.store import bulk as bulk_store
-from orbit_server.store import queues as queue_store
-from orbit_server.store import tasks as task_store
 
-BULK_MAX_TARGETS = 100_000  # tasks one operation may select
-SET_WISE = frozenset({"cancel", "retry", "resolve"})  # applied as transitions, a batch at once
-UNSTARTED = (TaskState.SCHEDULED, TaskState.PENDING, TaskState.LEASED)
-TASK_ACTIONS = ("cancel", "retry", "resolve", "set_priority", "move_run_at")
-SELECT_PAGE = 2000
+BULK_MAX_TARGETS = 100_000  # targets one operation may select
 SAMPLE = 10
 
+AfterCommit = Callable[[], Awaitable[None]]
 
-class _Skip(Exception):
+
+class Selection(Protocol):
+    """Which targets an operation acts on."""
+
+    @property
+    def kind(self) -> str: ...
+
+    async def select(self, tx: Tx, scope: Scope, cap: int) -> list[str]:
+        """The matching ids in id order; :class:`TooMany` past ``cap``."""
+        ...
+
+
+class BulkKind(Protocol):
+    """What the actions of one kind of target do, a step's batch at a time."""
+
+    @property
+    def actions(self) -> tuple[str, ...]: ...
+
+    async def apply(
+        self, tx: Tx, op: BulkRecord, items: Sequence[tuple[int, str]]
+    ) -> tuple[list[Settled], AfterCommit | None]:
+        """Act on ``items`` (seq, target id) in the step's transaction; answer how each ended
+        and what to run once it commits."""
+        ...
+
+
+class TooMany(InvalidRequest):
+    def __init__(self, cap: int, narrow: str) -> None:
+        super().__init__(f"the filter matches more than {cap} targets; narrow it {narrow}")
+
+
+class Skip(Exception):
+    """An item passed over, with why."""
+
     def __init__(self, reason: str) -> None:
         self.reason = reason
 
 
-@dataclass(frozen=True, slots=True)
-class TaskFilter:
-    """Which tasks an operation acts on. Every given field must match."""
-
-    selection: TaskSelection
-    label: tuple[str, str] | None = None
-    error_code: str | None = None
-
-    def keeps(self, task: SelectedTask) -> bool:
-        if self.label is not None and task.labels.get(self.label[0]) != self.label[1]:
-            return False
-        return self.error_code is None or task.error_code == self.error_code
+def settle(seq: int, exc: BaseException | None) -> Settled:
+    """How an item ended, from what acting on it raised (None: done). The database's refusals
+    are not an item's: they are raised again, and the whole step is done later."""
+    if exc is None:
+        return Settled(seq, "done", None)
+    if isinstance(exc, Skip):
+        return Settled(seq, "skipped", exc.reason)
+    if isinstance(exc, StateConflict):
+        return Settled(seq, "skipped", "state_conflict")
+    if isinstance(exc, NotFound):
+        return Settled(seq, "skipped", "not_found")
+    if isinstance(exc, QueueFull):
+        return Settled(seq, "skipped", "queue_full")
+    if isinstance(exc, OrbitError) and not isinstance(exc, TransientError):
+        return Settled(seq, "failed", exc.code)
+    raise exc
 
 
 @dataclass(frozen=True, slots=True)
 class DryRun:
     matched: int
-    sample: list[str]  # the first matching task ids
+    sample: list[str]  # the first matching ids
 
 
 class BulkService:
@@ -91,39 +114,27 @@ class BulkService:
         db: Database,
         clock: Clock,
         audit: AuditWriter,
+        kinds: Mapping[str, BulkKind],
         *,
-        max_targets: int,
+        max_targets: int = BULK_MAX_TARGETS,
         batch: int = 200,
     ) -> None:
         self._db = db
         self._clock = clock
         self._audit = audit
+        self._kinds = dict(kinds)
         self._max_targets = max_targets
         self._batch = batch
         self.started = asyncio.Event()  # an operation was recorded on this node
 
-    async def _select(self, tx: Tx, scope: Scope, what: TaskFilter) -> list[str]:
-        ids: list[str] = []
-        after = ""
-        while True:
-            page = await bulk_store.tasks_select(
-                tx, scope, what.selection, after=after, limit=SELECT_PAGE
-            )
-            ids += [t.id for t in page if what.keeps(t)]
-            if len(ids) > self._max_targets:
-                raise InvalidRequest(
-                    f"the filter matches more than {self._max_targets} tasks; narrow it "
-                    "by queue, state, type or time"
-                )
-            if len(page) < SELECT_PAGE:
-                return ids
-            after = page[-1].id
+    def register(self, kind: str, applier: BulkKind) -> None:
+        self._kinds[kind] = applier
 
-    async def dry_run(self, scope: Scope, what: TaskFilter) -> DryRun:
-        """How many tasks the filter matches now, and the first few; nothing changes."""
+    async def dry_run(self, scope: Scope, what: Selection) -> DryRun:
+        """How many targets the filter matches now, and the first few; nothing changes."""
 
         async def unit(tx: Tx) -> DryRun:
-            ids = await self._select(tx, scope, what)
+            ids = await what.select(tx, scope, self._max_targets)
             return DryRun(len(ids), ids[:SAMPLE])
 
         return await self._db.read(unit)
@@ -133,24 +144,27 @@ class BulkService:
         scope: Scope,
         *,
         action: str,
-        what: TaskFilter,
+        what: Selection,
         filter_doc: dict[str, Any],
         params: dict[str, Any],
         actor: Actor,
     ) -> BulkRecord:
         """Freeze the selection and record the operation; the background steps apply it."""
-        if action not in TASK_ACTIONS:
-            raise InvalidRequest(f"action must be one of {', '.join(TASK_ACTIONS)}")
+        kind = self._kinds.get(what.kind)
+        if kind is None or action not in kind.actions:
+            known = ", ".join(kind.actions) if kind else "none"
+            raise InvalidRequest(f"action must be one of {known}")
         op_id = new_id("bulk_")
 
         async def unit(tx: Tx) -> BulkRecord:
-            ids = await self._select(tx, scope, what)
+            ids = await what.select(tx, scope, self._max_targets)
             await bulk_store.bulk_insert(
-                tx, op_id=op_id, scope=scope, kind="tasks", action=action, filter_=filter_doc,
-                params=params, targets=ids, created_by=actor.name, now=self._clock.now(),
+                tx, op_id=op_id, scope=scope, kind=what.kind, action=action,
+                filter_=filter_doc, params=params, targets=ids, created_by=actor.name,
+                now=self._clock.now(),
             )  # fmt: skip
             await self._audit.record(
-                tx, scope=scope, actor=actor, action=f"tasks.bulk.{action}",
+                tx, scope=scope, actor=actor, action=f"{what.kind}.bulk.{action}",
                 target_kind="bulk_operation", target_id=op_id,
                 details={"filter": filter_doc, "params": params, "matched": len(ids)},
             )  # fmt: skip
@@ -200,7 +214,7 @@ class BulkService:
                 state="cancelled", now=self._clock.now(),
             )  # fmt: skip
             await self._audit.record(
-                tx, scope=scope, actor=actor, action="tasks.bulk.cancel_operation",
+                tx, scope=scope, actor=actor, action=f"{op.kind}.bulk.cancel_operation",
                 target_kind="bulk_operation", target_id=op_id,
                 details={"done": op.done, "matched": op.matched},
             )  # fmt: skip
@@ -214,16 +228,15 @@ class BulkService:
         """Apply the next batch of the oldest running operation that no other node steps now;
         answers how many items it settled (0: nothing to do)."""
 
-        async def unit(tx: Tx) -> int:
+        async def unit(tx: Tx) -> tuple[int, AfterCommit | None]:
             op = await bulk_store.bulk_next_running(tx)
             if op is None:
-                return 0
+                return 0, None
+            kind = self._kinds.get(op.kind)
+            if kind is None:  # a kind this release does not know: leave it to one that does
+                return 0, None
             items = await bulk_store.bulk_items_pending(tx, op.id, limit=self._batch)
-            if op.action in SET_WISE:
-                settled = await self._apply_set(tx, op, items)
-            else:
-                actor = Actor(f"bulk:{op.id}")
-                settled = [await self._apply(tx, op, seq, target, actor) for seq, target in items]
+            settled, after = await kind.apply(tx, op, items)
             await bulk_store.bulk_items_settle(tx, op.id, settled)
             counts = Counter(s.state for s in settled)
             reasons = Counter(op.skipped_reasons)
@@ -234,90 +247,9 @@ class BulkService:
                 state="running" if len(items) == self._batch else "completed",
                 now=self._clock.now(),
             )  # fmt: skip
-            return max(1, len(settled))
+            return max(1, len(settled)), after
 
-        return await self._db.run(unit)
-
-    async def _apply_set(
-        self, tx: Tx, op: BulkRecord, items: Sequence[tuple[int, str]]
-    ) -> list[Settled]:
-        """Cancel, retry or resolve a batch as transitions (decision 0019): the rows locked in
-        one statement (after their queues' rows, the claim's lock order), one transition
-        each, written by one ``apply``."""
-        scope, params, now = op.scope, op.params, self._clock.now()
-        ids = [task_id for _, task_id in items]
-        if op.action == "cancel":
-            seen = await task_store.tasks_get_many(tx, ids)
-            for queue in sorted({t.queue for t in seen if t.state in UNSTARTED}):
-                await queue_store.queue_lock_or_create(tx, scope, queue, now)
-        locked = await bulk_store.tasks_lock_batch(tx, scope, ids)
-        changes: list[Transition] = []
-        running: list[str] = []  # their cancel is a request to the worker
-        settled = []
-        for seq, task_id in items:
-            task = locked.get(task_id)
-            if task is None:
-                settled.append(Settled(seq, "skipped", "not_found"))
-                continue
-            if op.action == "cancel" and task.state == TaskState.RUNNING:
-                if task.cancel_requested:
-                    settled.append(Settled(seq, "skipped", "already_cancelled"))
-                else:
-                    running.append(task_id)
-                    settled.append(Settled(seq, "done", None))
-                continue
-            try:
-                change = self._decide(task, op.action, params)
-            except _Skip as skip:
-                settled.append(Settled(seq, "skipped", skip.reason))
-                continue
-            except IllegalTransition:
-                settled.append(Settled(seq, "skipped", "state_conflict"))
-                continue
-            changes.append(change)
-            settled.append(Settled(seq, "done", None))
-        await apply(tx, changes, now)
-        for task_id in running:
-            await task_store.task_request_cancel(tx, task_id, params.get("reason"), now)
-            tx.publish(CancelRequested(task_id, params.get("reason")))
+        settled, after = await self._db.run(unit)
+        if after is not None:
+            await after()
         return settled
-
-    @staticmethod
-    def _decide(task: Task, action: str, params: dict[str, Any]) -> Transition:
-        """The transition ``action`` makes of a task that is not running."""
-        if action == "retry":
-            return transition(task, Event.OPERATOR_RETRY)
-        if action == "resolve":
-            succeeded = params["outcome"] == "succeeded"
-            event = Event.RESOLVE_SUCCEEDED if succeeded else Event.RESOLVE_FAILED
-            return transition(task, event, result=params.get("result"), error=params.get("error"))
-        if task.state == TaskState.CANCELLED:
-            raise _Skip("already_cancelled")
-        return transition(task, Event.CANCEL, reason=params.get("reason"))
-
-    async def _apply(self, tx: Tx, op: BulkRecord, seq: int, task_id: str, actor: Actor) -> Settled:
-        try:
-            await self._act(tx, op, task_id, actor)
-        except _Skip as skip:
-            return Settled(seq, "skipped", skip.reason)
-        except StateConflict:
-            return Settled(seq, "skipped", "state_conflict")
-        except NotFound:
-            return Settled(seq, "skipped", "not_found")
-        except QueueFull:
-            return Settled(seq, "skipped", "queue_full")
-        except TransientError:
-            raise  # the database: the whole step is done again later
-        except OrbitError as exc:
-            return Settled(seq, "failed", exc.code)
-        return Settled(seq, "done", None)
-
-    async def _act(self, tx: Tx, op: BulkRecord, task_id: str, actor: Actor) -> None:
-        now = self._clock.now()
-        if op.action == "set_priority":
-            if not await bulk_store.task_set_priority(tx, task_id, int(op.params["priority"]), now):
-                raise StateConflict("only scheduled or pending tasks change priority")
-        elif op.action == "move_run_at":
-            run_at = datetime.fromisoformat(str(op.params["run_at"]))
-            if not await bulk_store.task_move_run_at(tx, task_id, run_at, now):
-                raise StateConflict("only scheduled tasks move their run time")

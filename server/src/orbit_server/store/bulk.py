@@ -236,3 +236,35 @@ async def task_move_run_at(tx: Tx, task_id: str, run_at: datetime, now: datetime
         )
         == 1
     )
+
+
+async def workflows_select(
+    tx: Tx,
+    scope: Scope,
+    *,
+    definition: str | None = None,
+    states: Sequence[str] | None = None,
+    ids: Sequence[str] | None = None,
+    created_from: datetime | None = None,
+    created_to: datetime | None = None,
+    after: str,
+    limit: int,
+) -> list[str]:
+    """A page of the ids of the workflows these filters match (None: any), after ``after``."""
+    rows = await tx.fetch_all(
+        "workflows_select",
+        {
+            **scope_params(scope),
+            "after": after,
+            "limit": limit,
+            "any_definition": 1 if definition is None else 0,
+            "definition": definition or "",
+            "any_state": 1 if states is None else 0,
+            "states": list(states or ("",)),
+            "any_ids": 1 if ids is None else 0,
+            "ids": list(ids or ("",)),
+            "created_from": created_from or EARLIEST,
+            "created_to": created_to or LATEST,
+        },
+    )
+    return [str(r["id"]) for r in rows]

@@ -168,25 +168,43 @@ class Advancement:
         plan changed the instance or asks for it) and commit; then :meth:`after`."""
 
         async def unit(tx: Tx) -> Advance:
-            now = self._clock.now()
-            workflow = await workflow_store.workflow_lock(tx, workflow_id)
-            if workflow is None or (scope is not None and workflow.scope != scope):
-                raise NotFound("no such workflow")
-            definition = await self.definitions.load(
-                tx, workflow.scope, workflow.definition, workflow.version
+            return await self.run_in(
+                tx, scope, workflow_id, events, actor=actor, action=action, details=details
             )
-            view = View(workflow)
-            plans = await self._plans(tx, [definition], [view], {workflow_id: events}, now)
-            [advance] = await apply(tx, self._pulse, plans, actor=actor)
-            if actor is not None and action is not None and (advance.changed or advance.audit):
-                await self._audit.record(
-                    tx, scope=workflow.scope, actor=actor, action=action,
-                    target_kind="workflow", target_id=workflow.id, details=details,
-                )  # fmt: skip
-            return advance
 
         advance = await self._db.run(unit)
         await self.after([advance])
+        return advance
+
+    async def run_in(
+        self,
+        tx: Tx,
+        scope: Scope | None,
+        workflow_id: str,
+        events: Sequence[Event],
+        *,
+        actor: Actor | None = None,
+        action: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> Advance:
+        """:meth:`run_one` in the caller's transaction (a bulk operation's step), which calls
+        :meth:`after` once it commits. A refusal of the planner (``StateConflict``) comes
+        before anything is written."""
+        now = self._clock.now()
+        workflow = await workflow_store.workflow_lock(tx, workflow_id)
+        if workflow is None or (scope is not None and workflow.scope != scope):
+            raise NotFound("no such workflow")
+        definition = await self.definitions.load(
+            tx, workflow.scope, workflow.definition, workflow.version
+        )
+        view = View(workflow)
+        plans = await self._plans(tx, [definition], [view], {workflow_id: events}, now)
+        [advance] = await apply(tx, self._pulse, plans, actor=actor)
+        if actor is not None and action is not None and (advance.changed or advance.audit):
+            await self._audit.record(
+                tx, scope=workflow.scope, actor=actor, action=action,
+                target_kind="workflow", target_id=workflow.id, details=details,
+            )  # fmt: skip
         return advance
 
     async def fail_alone_in(

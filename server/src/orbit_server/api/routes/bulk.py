@@ -28,12 +28,15 @@ from orbit_server.api.wire_bulk import (
     BulkOperation,
     BulkOperationList,
     TaskBulkIn,
+    WorkflowBulkDryRun,
+    WorkflowBulkIn,
 )
 from orbit_server.api.wire_tasks import Task
 from orbit_server.errors import InvalidRequest, NotFound, StateConflict
 from orbit_server.governance.keys import Role
-from orbit_server.pulse.bulk import TaskFilter
+from orbit_server.pulse.bulk_tasks import TaskFilter
 from orbit_server.pulse.model import TaskSelection
+from orbit_server.weave.bulk import WorkflowFilter
 
 SEQ_POSITION = re.compile(r"[0-9]{1,9}")
 
@@ -110,6 +113,53 @@ async def bulk_tasks(
         sample = [await node.tasks.get(principal.scope, task_id) for task_id in plan.sample]
         body = BulkDryRun(True, data.action, plan.matched, [Task.of(t) for t in sample])
         return Response(body, status_code=200)
+    op = await node.bulk.start(
+        principal.scope, action=data.action, what=what,
+        filter_doc=msgspec.to_builtins(data.filter), params=params, actor=actor_of(principal),
+    )  # fmt: skip
+    return Response(BulkOperation.of(op), status_code=202)
+
+
+@post(
+    "/v1/workflows:bulk",
+    summary="Apply one control action to every workflow a filter matches",
+    description=(
+        "Actions: `cancel`, `pause`, `resume` (`params.reason`), `retry_step` "
+        "(`params.step`: the key of the failed step). Same frozen selection, dry run and "
+        "progress as `POST /v1/tasks:bulk`."
+    ),
+    tags=["bulk"],
+    opt=roles(Role.OPERATOR),
+    status_code=202,
+    responses=error_responses(*KEYED, *BODY),
+)
+async def bulk_workflows(
+    data: JSONBody[WorkflowBulkIn], principal: PrincipalDep, node: NodeDep
+) -> Response[BulkOperation | WorkflowBulkDryRun]:
+    given = data.filter
+    states = [given.state] if isinstance(given.state, str) else given.state
+    what = WorkflowFilter(
+        definition=given.definition,
+        states=None if states is None else tuple(sorted(set(states))),
+        ids=None if given.ids is None else tuple(given.ids),
+        created_from=given.created_after,
+        created_to=given.created_before,
+    )
+    if what == WorkflowFilter():
+        raise InvalidRequest(
+            "give at least one filter field; an empty filter would match every workflow"
+        )
+    if data.action == "retry_step":
+        if data.params.step is None:
+            raise InvalidRequest("retry_step needs params.step: the key of the failed step")
+        params: dict[str, Any] = {"step": data.params.step}
+    else:
+        params = {"reason": data.params.reason}
+    if data.dry_run:
+        plan = await node.bulk.dry_run(principal.scope, what)
+        return Response(
+            WorkflowBulkDryRun(True, data.action, plan.matched, plan.sample), status_code=200
+        )
     op = await node.bulk.start(
         principal.scope, action=data.action, what=what,
         filter_doc=msgspec.to_builtins(data.filter), params=params, actor=actor_of(principal),

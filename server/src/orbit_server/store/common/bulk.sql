@@ -77,3 +77,14 @@ UPDATE tasks SET run_at = :run_at, updated_at = :now WHERE id = :id AND state = 
 SELECT * FROM tasks {{force_index:PRIMARY}}
  WHERE id IN (:task_ids) AND tenant = :tenant AND environment = :environment
  ORDER BY id {{for_update}}
+
+-- name: workflows_select
+-- A page of a workflow bulk operation's selection.
+SELECT id FROM workflows
+ WHERE tenant = :tenant AND environment = :environment AND id > :after
+   AND (:any_definition = 1 OR definition = :definition)
+   AND (:any_state = 1 OR state IN (:states))
+   AND (:any_ids = 1 OR id IN (:ids))
+   AND created_at >= :created_from AND created_at < :created_to
+ ORDER BY tenant, environment, id
+ LIMIT :limit
