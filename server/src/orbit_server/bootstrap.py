@@ -140,13 +140,6 @@ async def build_node(
                 metrics.workflows_finished.labels(advance.wf.state).inc()
 
     workflows.observe = observe
-    supervisor.register(
-        ServerRole.RECOVERY,
-        "retention",
-        lambda: retention_loop(
-            lambda: prune_history(tasks, schedules, sessions, workflows, settings)
-        ),
-    )
     bulk = BulkService(
         db,
         clock,
@@ -154,6 +147,13 @@ async def build_node(
         {"tasks": TaskBulk(clock), "workflows": WorkflowBulk(workflows.advancement)},
     )
     supervisor.register(ServerRole.RECOVERY, "bulk-operations", lambda: bulk_loop(bulk))
+    supervisor.register(
+        ServerRole.RECOVERY,
+        "retention",
+        lambda: retention_loop(
+            lambda: prune_history(tasks, schedules, sessions, workflows, bulk, settings)
+        ),
+    )
     supervisor.register(
         ServerRole.EVENTS, "workflow-events", lambda: events_loop(runner, watch.settled)
     )
@@ -195,15 +195,17 @@ async def prune_history(
     schedules: ScheduleService,
     sessions: SessionService,
     workflows: WorkflowService,
+    bulk: BulkService,
     settings: Settings,
 ) -> int:
     """One retention pass: finished tasks and workflows, schedules' fire ledgers, closed
-    worker sessions."""
+    worker sessions, finished bulk operations."""
     removed = await workflows.prune_finished(settings.result_retention_ms)
     removed += await tasks.prune_finished(
         settings.result_retention_ms, idempotency_ms=settings.idempotency_retention_ms
     )
     removed += await schedules.prune_fires(settings.result_retention_ms)
+    removed += await bulk.prune(settings.result_retention_ms)
     return removed + await sessions.prune(settings.result_retention_ms)
 
 

@@ -23,7 +23,7 @@ from tests.store.test_workflows_store import workflow
 
 @pytest.mark.covers(
     "bulk_insert", "bulk_get", "bulk_list", "bulk_next_running", "bulk_items_pending",
-    "bulk_items_settle", "bulk_progress", "bulk_items_list",
+    "bulk_items_settle", "bulk_progress", "bulk_items_list", "bulk_prune",
 )  # fmt: skip
 async def test_an_operation_settles_each_frozen_item_once(db: Database, clock: FakeClock) -> None:
     async def create(tx: Tx, op_id: str, targets: list[str]) -> None:
@@ -86,6 +86,18 @@ async def test_an_operation_settles_each_frozen_item_once(db: Database, clock: F
     assert await db.run(bulk_store.bulk_next_running) is None
     done = await db.read(lambda tx: bulk_store.bulk_get(tx, SCOPE, "bulk_1"))
     assert done is not None and done.state == "completed" and done.finished_at == clock.now()
+
+    # Retention: the items go first, a budget at a time, then the operation.
+    assert empty.finished_at is not None and empty.finished_at < clock.now()
+    assert await db.run(lambda tx: bulk_store.bulk_prune(tx, clock.now(), limit=2)) == 1
+    assert await db.run(lambda tx: bulk_store.bulk_prune(tx, clock.now(), limit=2)) == 0
+    clock.advance(timedelta(days=1))
+    later = clock.now()
+    assert await db.run(lambda tx: bulk_store.bulk_prune(tx, later, limit=2)) == 2
+    assert await db.run(lambda tx: bulk_store.bulk_prune(tx, later, limit=2)) == 1
+    assert await db.run(lambda tx: bulk_store.bulk_prune(tx, later, limit=2)) == 1
+    assert await db.run(lambda tx: bulk_store.bulk_prune(tx, later, limit=2)) == 0
+    assert await db.read(lambda tx: bulk_store.bulk_list(tx, SCOPE, before="~", limit=10)) == []
 
 
 @pytest.mark.covers(

@@ -23,6 +23,7 @@ import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Protocol
 
 from orbit_server.audit import Actor, AuditWriter
@@ -223,6 +224,12 @@ class BulkService:
             return found
 
         return await self._db.run(unit)
+
+    async def prune(self, retention_ms: int, *, budget: int = 1000) -> int:
+        """Delete up to ``budget`` rows of operations finished longer than ``retention_ms``
+        ago (their items first); 0 when nothing is left to delete."""
+        before = self._clock.now() - timedelta(milliseconds=retention_ms)
+        return await self._db.run(lambda tx: bulk_store.bulk_prune(tx, before, limit=budget))
 
     async def step(self) -> int:
         """Apply the next batch of the oldest running operation that no other node steps now;

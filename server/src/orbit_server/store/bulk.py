@@ -76,6 +76,7 @@ async def bulk_insert(
             "matched": len(targets),
             "created_by": created_by,
             "now": now,
+            "finished_at": None if targets else now,
         },
     )
     for part in chunks(list(enumerate(targets)), 1000):
@@ -268,3 +269,17 @@ async def workflows_select(
         },
     )
     return [str(r["id"]) for r in rows]
+
+
+async def bulk_prune(tx: Tx, before: datetime, *, limit: int) -> int:
+    """Forget the oldest operation that finished before ``before``: up to ``limit`` of its
+    items, then (once none is left) the operation. Answers the rows deleted."""
+    row = await tx.fetch_one("bulk_finished_before", {"running": RUNNING, "before": before})
+    if row is None:
+        return 0
+    op_id = str(row["id"])
+    first = await tx.fetch_one("bulk_items_first_seq", {"id": op_id})
+    if first is not None and first["seq"] is not None:
+        below = int(first["seq"]) + limit
+        return await tx.execute("bulk_items_delete_below", {"id": op_id, "below": below})
+    return await tx.execute("bulk_delete", {"id": op_id})

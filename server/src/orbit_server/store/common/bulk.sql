@@ -6,7 +6,7 @@ INSERT INTO bulk_operations (id, tenant, environment, kind, action, filter, para
                              done, skipped, failed, skipped_reasons, created_by, created_at,
                              updated_at, finished_at)
 VALUES (:id, :tenant, :environment, :kind, :action, :filter, :params, :state, :matched, 0, 0, 0,
-        '{}', :created_by, :now, :now, NULL)
+        '{}', :created_by, :now, :now, :finished_at)
 
 -- name: bulk_item_insert
 INSERT INTO bulk_operation_items (operation_id, seq, target_id, state, reason)
@@ -88,3 +88,16 @@ SELECT id FROM workflows
    AND created_at >= :created_from AND created_at < :created_to
  ORDER BY tenant, environment, id
  LIMIT :limit
+
+-- name: bulk_finished_before
+SELECT id FROM bulk_operations
+ WHERE state <> :running AND finished_at < :before ORDER BY state, id LIMIT 1
+
+-- name: bulk_items_first_seq
+SELECT MIN(seq) AS seq FROM bulk_operation_items WHERE operation_id = :id
+
+-- name: bulk_items_delete_below
+DELETE FROM bulk_operation_items WHERE operation_id = :id AND seq < :below
+
+-- name: bulk_delete
+DELETE FROM bulk_operations WHERE id = :id
