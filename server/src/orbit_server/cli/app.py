@@ -51,6 +51,15 @@ PortOpt = Annotated[
 DbOpt = Annotated[
     str | None, typer.Option("--database-url", help="mysql://… or sqlite:///… [ORBIT_DATABASE_URL]")
 ]
+DEV_DATA_DIR = Path(".orbit")
+DEV_DB_FILE = "orbit.db"
+DataDirOpt = Annotated[
+    Path, typer.Option("--data-dir", help="Where the SQLite file and dev key live")
+]
+KeysDataDirOpt = Annotated[
+    Path,
+    typer.Option("--data-dir", help="`orbit dev`'s data dir, used when no database URL is given"),
+]
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -104,6 +113,24 @@ def require_database_url(settings: Settings) -> None:
         raise fail("no database: set ORBIT_DATABASE_URL or pass --database-url")
 
 
+def dev_database_url(data_dir: Path) -> str:
+    return f"sqlite:///{data_dir.resolve() / DEV_DB_FILE}"
+
+
+def keys_settings(database_url: str | None, data_dir: Path) -> Settings:
+    """The database of ``orbit keys``: the URL given, else the SQLite file of ``orbit dev`` in
+    ``data_dir`` when there is one, so that keys work against a dev server as they are."""
+    settings = load_settings({"database_url": database_url})
+    if settings.database_url:
+        return settings
+    if (data_dir / DEV_DB_FILE).is_file():
+        return load_settings({"database_url": dev_database_url(data_dir)})
+    raise fail(
+        "no database: set ORBIT_DATABASE_URL or pass --database-url "
+        f"(or --data-dir of an `orbit dev`; there is no {data_dir / DEV_DB_FILE})"
+    )
+
+
 @app.command()
 def version() -> None:
     """Print the server version."""
@@ -118,9 +145,7 @@ def dev(
     ctx: typer.Context,
     host: HostOpt = None,
     port: PortOpt = None,
-    data_dir: Annotated[
-        Path, typer.Option("--data-dir", help="Where the SQLite file and dev key live")
-    ] = Path(".orbit"),
+    data_dir: DataDirOpt = DEV_DATA_DIR,
 ) -> None:
     """One process on an embedded SQLite file, migrated automatically (for development)."""
     from orbit_server.cli.serve import serve_dev
@@ -128,9 +153,8 @@ def dev(
     extra = parse_extra_flags(ctx.args)
     if "database_url" in extra:
         raise fail("orbit dev always uses its own SQLite file in --data-dir; use `orbit server`")
-    db_path = data_dir.resolve() / "orbit.db"
     # The embedded file wins over ORBIT_DATABASE_URL: dev must never migrate a shared database.
-    flags = {"host": host, "port": port, **extra, "database_url": f"sqlite:///{db_path}"}
+    flags = {"host": host, "port": port, **extra, "database_url": dev_database_url(data_dir)}
     settings = load_settings(flags)
     raise typer.Exit(run(lambda: serve_dev(settings, data_dir.resolve())))
 
@@ -228,12 +252,12 @@ def keys_create(
     ] = None,
     name: Annotated[str | None, typer.Option("--name", help="A label for people")] = None,
     database_url: DbOpt = None,
+    data_dir: KeysDataDirOpt = DEV_DATA_DIR,
 ) -> None:
     """Create a key; the key itself is printed alone on the last line (shown once)."""
     from orbit_server.cli.admin import create_key
 
-    settings = load_settings({"database_url": database_url})
-    require_database_url(settings)
+    settings = keys_settings(database_url, data_dir)
     raise typer.Exit(
         run(lambda: create_key(settings, tenant, environment, role, queue or None, name))
     )
@@ -245,12 +269,12 @@ def keys_list(
     environment: Annotated[str | None, typer.Option("--environment")] = None,
     output: Annotated[str, typer.Option("--output", help="table or json")] = "table",
     database_url: DbOpt = None,
+    data_dir: KeysDataDirOpt = DEV_DATA_DIR,
 ) -> None:
     """List keys (never their secrets)."""
     from orbit_server.cli.admin import list_keys
 
-    settings = load_settings({"database_url": database_url})
-    require_database_url(settings)
+    settings = keys_settings(database_url, data_dir)
     raise typer.Exit(run(lambda: list_keys(settings, tenant, environment, output)))
 
 
@@ -258,12 +282,12 @@ def keys_list(
 def keys_revoke(
     key_id: Annotated[str, typer.Argument(help="The key's id (from `orbit keys list`)")],
     database_url: DbOpt = None,
+    data_dir: KeysDataDirOpt = DEV_DATA_DIR,
 ) -> None:
     """Revoke a key at once; requests with it answer 401 from then on."""
     from orbit_server.cli.admin import revoke_key
 
-    settings = load_settings({"database_url": database_url})
-    require_database_url(settings)
+    settings = keys_settings(database_url, data_dir)
     raise typer.Exit(run(lambda: revoke_key(settings, key_id)))
 
 
