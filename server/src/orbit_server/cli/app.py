@@ -12,6 +12,9 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from orbit_server import __version__
+from orbit_server.cli.operator import with_watch_default
+from orbit_server.cli.queues import queues_app
+from orbit_server.cli.tasks import tasks_app
 from orbit_server.config import Settings, SettingsError, describe_settings
 
 T = TypeVar("T")
@@ -25,6 +28,9 @@ app = typer.Typer(
 )
 keys_app = typer.Typer(help="Create, list and revoke API keys (talks to the database directly).")
 app.add_typer(keys_app, name="keys")
+# The operator commands talk to a running server over HTTP (ORBIT_URL, ORBIT_API_KEY).
+app.add_typer(tasks_app, name="tasks")
+app.add_typer(queues_app, name="queues")
 
 EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -293,6 +299,6 @@ def keys_revoke(
 
 def main() -> None:
     try:
-        app()
+        app(args=with_watch_default(sys.argv[1:]))
     except KeyboardInterrupt:  # pragma: no cover
         sys.exit(130)
