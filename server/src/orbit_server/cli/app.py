@@ -12,9 +12,12 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from orbit_server import __version__
+from orbit_server.cli.audit import audit_app
 from orbit_server.cli.operator import with_watch_default
 from orbit_server.cli.queues import queues_app
+from orbit_server.cli.schedules import schedules_app
 from orbit_server.cli.tasks import tasks_app
+from orbit_server.cli.workflows import workflows_app
 from orbit_server.config import Settings, SettingsError, describe_settings
 
 T = TypeVar("T")
@@ -31,6 +34,9 @@ app.add_typer(keys_app, name="keys")
 # The operator commands talk to a running server over HTTP (ORBIT_URL, ORBIT_API_KEY).
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(queues_app, name="queues")
+app.add_typer(workflows_app, name="workflows")
+app.add_typer(schedules_app, name="schedules")
+app.add_typer(audit_app, name="audit")
 
 EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
 
