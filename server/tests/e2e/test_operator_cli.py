@@ -35,7 +35,8 @@ worker = Worker()
 
 @worker.handler(queue="review", type="charge")
 def charge(ctx: TaskContext) -> None:
-    pathlib.Path(os.environ["E2E_STARTED"]).write_text(ctx.task_id)
+    with pathlib.Path(os.environ["E2E_STARTED"]).open("a") as started:
+        started.write(ctx.task_id + "\\n")
     time.sleep(3600)  # killed with the worker: the outcome stays unknown
 """
 APPROVE = {
@@ -46,6 +47,23 @@ APPROVE = {
          "on_timeout": "expired", "output": "signal.by", "next": "done"},
         {"id": "done", "kind": "succeed", "output": "steps.wait.output"},
         {"id": "expired", "kind": "fail", "error": {"code": "expired", "message": "late"}},
+    ],
+}  # fmt: skip
+ONE_TASK = {
+    "name": "one-task",
+    "version": "1",
+    "steps": [
+        {"id": "charge", "kind": "task", "queue": "wf", "type": "charge", "next": "done"},
+        {"id": "done", "kind": "succeed", "output": "steps.charge.output"},
+    ],
+}
+UNSAFE_FLOW = {
+    "name": "unsafe-flow",
+    "version": "1",
+    "steps": [
+        {"id": "charge", "kind": "task", "queue": "review", "type": "charge",
+         "side_effect": "unsafe", "next": "done"},
+        {"id": "done", "kind": "succeed", "output": "steps.charge.output"},
     ],
 }  # fmt: skip
 
@@ -170,32 +188,39 @@ def test_tasks_list_show_attempts_cancel_and_retry(dev: Server) -> None:
 
 
 def test_the_review_inbox_shows_what_each_task_needs(dev: Server, tmp_path: Path) -> None:
+    """A worker killed while it runs unsafe work: a task and a workflow's step wait for an
+    operator, who finds them with the CLI and decides them."""
     (tmp_path / "review_app.py").write_text(WORKER_APP)
     started = tmp_path / "started"
+    dev.api("POST", "/v1/workflow-definitions", UNSAFE_FLOW)
     worker = OrbitProcess.command(
         [str(Path(sys.executable).parent / "orbit-worker"), "review_app:worker"],
         env={**dev.env, "PYTHONPATH": str(tmp_path), "E2E_STARTED": str(started)},
     )
     try:
         task_id = dev.submit("review", "charge", side_effect="unsafe")
-        eventually(started.exists, "the handler to start")
+        wf = dev.api("POST", "/v1/workflows", {"definition": "unsafe-flow"})["id"]
+        eventually(
+            lambda: started.exists() and len(started.read_text().split()) == 2,
+            "both handlers to start",
+        )
         worker.proc.send_signal(signal.SIGKILL)
         worker.proc.wait()
     finally:
         worker.stop(timeout=10)
     eventually(
-        lambda: dev.api("GET", f"/v1/tasks/{task_id}")["state"] == "needs_review",
-        "the lease to end",
+        lambda: dev.api("GET", f"/v1/workflows/{wf}")["state"] == "needs_review",
+        "the leases to end",
     )
+    [step] = dev.api("GET", f"/v1/workflows/{wf}")["steps"]
 
     inbox = dev.table("tasks", "list", "--state", "needs_review")
-    assert task_id in inbox and "review / charge" in inbox
+    assert task_id in inbox and step["task_id"] in inbox and "review / charge" in inbox
     assert "outcome_unknown" in inbox
     assert f"orbit tasks resolve {task_id} --outcome succeeded" in inbox
     assert f"orbit tasks retry {task_id}" in inbox
-    assert [t["id"] for t in dev.json("tasks", "list", "--state", "needs_review")["items"]] == [
-        task_id
-    ]
+    listed = dev.json("tasks", "list", "--state", "needs_review")["items"]
+    assert {t["id"] for t in listed} == {task_id, step["task_id"]}
     assert f"orbit tasks resolve {task_id}" in dev.table("tasks", "show", task_id)
     [attempt] = dev.json("tasks", "attempts", task_id)["items"]
     assert attempt["worker_id"] and attempt["error"]["code"] == "outcome_unknown"
@@ -207,6 +232,15 @@ def test_the_review_inbox_shows_what_each_task_needs(dev: Server, tmp_path: Path
         "tasks", "resolve", task_id, "--outcome", "succeeded", "--result", '{"charged": true}'
     )
     assert (resolved["state"], resolved["result"]) == ("succeeded", {"charged": True})
+
+    assert f"orbit workflows resolve-step {wf} charge" in dev.table("workflows", "show", wf)
+    dev.json(
+        "workflows", "resolve-step", wf, "charge", "--outcome", "failed",
+        "--error-code", "card_declined", "--error-message", "declined",
+    )  # fmt: skip
+    eventually(
+        lambda: dev.api("GET", f"/v1/workflows/{wf}")["state"] == "failed", "the step to fail"
+    )
     assert "no task needs review" in dev.table("tasks", "list", "--state", "needs_review")
 
 
@@ -278,6 +312,25 @@ def test_workflows_list_show_steps_signal_and_cancel(dev: Server) -> None:
 
     code, out = watched(dev, "workflows", "steps", first, "--watch", "0.3")
     assert code == 0 and "wait" in out
+
+
+def test_workflow_steps_are_retried_and_skipped(dev: Server) -> None:
+    dev.api("POST", "/v1/workflow-definitions", ONE_TASK)
+    wf = dev.api("POST", "/v1/workflows", {"definition": "one-task"})["id"]
+
+    def state() -> str:
+        return str(dev.api("GET", f"/v1/workflows/{wf}")["state"])
+
+    [step] = dev.json("workflows", "steps", wf)["items"]
+    dev.json("tasks", "cancel", step["task_id"])  # its step fails, and the workflow with it
+    eventually(lambda: state() == "failed", "the workflow to fail")
+    retried = dev.json("workflows", "retry-step", wf, "charge")
+    [again] = retried["steps"]
+    assert retried["state"] == "running" and again["task_id"] != step["task_id"]
+    skipped = dev.json("workflows", "skip-step", wf, "charge", "--output", '{"charged": false}')
+    assert skipped["steps"][0]["state"] == "skipped"
+    eventually(lambda: state() == "succeeded", "the workflow to go on")
+    assert dev.api("GET", f"/v1/workflows/{wf}")["output"] == {"charged": False}
 
 
 def test_schedules_list_show_pause_resume_trigger_and_backfill(dev: Server) -> None:
