@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from orbit_server.clock import FakeClock
@@ -10,7 +12,7 @@ from orbit_server.store import Database, Tx
 from orbit_server.store import claim_range as ready_store
 from orbit_server.store import queues as queue_store
 from orbit_server.store.queues import QueueConfig
-from tests.store.builders import OTHER, SCOPE, task
+from tests.store.builders import OTHER, SCOPE, insert, task
 
 
 async def counts(tx: Tx, name: str = "emails") -> tuple[int, int]:
@@ -119,3 +121,39 @@ async def test_claims_and_direct_leases_are_counted_only_where_the_queue_allows(
     assert took == [True, False, True, False]
     assert direct == [False, False, True, False, True, False]
     assert after == (2, 2)  # the two direct leases count as active, not as pending
+
+
+@pytest.mark.covers("queues_with_work", "queues_oldest_pending")
+async def test_the_sampler_reads_depth_from_counters_and_the_oldest_pending_task(
+    db: Database, clock: FakeClock
+) -> None:
+    first = task(clock, "t1")
+    clock.advance(1000)
+    second = task(clock, "t2")
+    later = task(clock, "t3", queue="reports", run_at=clock.now() + timedelta(minutes=5))
+    await insert(db, first, second, later, task(clock, "t4", OTHER))
+    now = clock.now()
+
+    async def setup(tx: Tx) -> None:
+        for scope, name in ((SCOPE, "emails"), (SCOPE, "reports"), (OTHER, "emails"),
+                            (SCOPE, "idle")):  # fmt: skip
+            await queue_store.queue_ensure(tx, scope, name, now)
+        await queue_store.queue_add_counts(tx, SCOPE, "emails", pending=2, active=3, now=now)
+        await queue_store.queue_add_counts(tx, SCOPE, "reports", pending=1, now=now)
+        await queue_store.queue_add_counts(tx, OTHER, "emails", pending=1, now=now)
+
+    await db.run(setup)
+
+    async def read(tx: Tx) -> tuple[object, ...]:
+        depths = await queue_store.queues_with_work(tx, limit=10)
+        capped = await queue_store.queues_with_work(tx, limit=1)
+        oldest = await queue_store.queues_oldest_pending(tx, [(d.scope, d.name) for d in depths])
+        return depths, capped, oldest
+
+    depths, capped, oldest = await db.read(read)
+    assert [(d.scope, d.name, d.waiting, d.active) for d in depths] == [
+        (SCOPE, "emails", 2, 3), (SCOPE, "reports", 1, 0), (OTHER, "emails", 1, 0),
+    ]  # fmt: skip
+    assert [(d.scope, d.name) for d in capped] == [(SCOPE, "emails")]
+    # The first pending task of each queue; "reports" holds only a scheduled one.
+    assert oldest == {(SCOPE, "emails"): first.run_at, (OTHER, "emails"): now}

@@ -3,12 +3,21 @@ active work that the transactions moving its tasks keep (decisions 0003, 0009, 0
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from orbit_server.pulse.model import Queue
 from orbit_server.scope import Scope
-from orbit_server.store.base import DuplicateKey, Row, Tx, row_scope, scope_params
+from orbit_server.store.base import (
+    DuplicateKey,
+    Row,
+    Tx,
+    chunks,
+    row_scope,
+    scope_params,
+    utc,
+)
 
 
 def queue_from_row(row: Row) -> Queue:
@@ -133,3 +142,37 @@ async def queue_take_active_within(tx: Tx, scope: Scope, name: str, n: int, now:
         {**scope_params(scope), "name": name, "n": n, "now": now},
     )
     return changed > 0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDepth:
+    """A queue's counters: ``waiting`` (scheduled or pending) and ``active`` (leased or
+    running) tasks."""
+
+    scope: Scope
+    name: str
+    waiting: int
+    active: int
+
+
+async def queues_with_work(tx: Tx, *, limit: int) -> list[QueueDepth]:
+    """Up to ``limit`` queues of every scope that hold waiting or active tasks, in scope and
+    name order."""
+    rows = await tx.fetch_all("queues_with_work", {"limit": limit})
+    return [
+        QueueDepth(row_scope(r), str(r["name"]), int(r["pending"]), int(r["active"])) for r in rows
+    ]
+
+
+async def queues_oldest_pending(
+    tx: Tx, queues: Sequence[tuple[Scope, str]]
+) -> dict[tuple[Scope, str], datetime]:
+    """For each queue that has a pending task, the run time of its first one in submission
+    order (the longest waiting but for a retry, which counts from its retry's time), in one
+    statement of one index seek per queue."""
+    found: dict[tuple[Scope, str], datetime] = {}
+    for part in chunks(queues, 200):
+        many = [{**scope_params(scope), "queue": name} for scope, name in part]
+        for row in await tx.fetch_union("queue_first_pending", many):
+            found[(row_scope(row), str(row["queue"]))] = utc(row["run_at"])
+    return found

@@ -437,3 +437,11 @@ CREATE TABLE IF NOT EXISTS bulk_operation_items (
   PRIMARY KEY (operation_id, seq),
   KEY bulk_operation_items_state (operation_id, state, seq)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- Duties one node at a time performs for the cluster (the metrics sampler).
+CREATE TABLE IF NOT EXISTS node_duties (
+  name VARCHAR(64) NOT NULL,
+  holder VARCHAR(128) NOT NULL,
+  expires_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (name)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

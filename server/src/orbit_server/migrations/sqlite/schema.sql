@@ -476,3 +476,11 @@ CREATE TABLE IF NOT EXISTS bulk_operation_items (
 );
 
 CREATE INDEX IF NOT EXISTS bulk_operation_items_state ON bulk_operation_items (operation_id, state, seq);
+
+-- Duties one node at a time performs for the cluster (the metrics sampler).
+CREATE TABLE IF NOT EXISTS node_duties (
+  name TEXT NOT NULL,
+  holder TEXT NOT NULL,
+  expires_at TEXT NOT NULL,
+  PRIMARY KEY (name)
+);

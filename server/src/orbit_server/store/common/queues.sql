@@ -55,3 +55,18 @@ UPDATE queues SET active = active + 1, updated_at = :now
 SELECT tenant, environment, name, paused, concurrency_limit, key_concurrency, max_pending,
        pending, active, created_at, updated_at
   FROM queues WHERE tenant = :tenant AND environment = :environment AND name = :name {{for_update}}
+
+-- name: queues_with_work
+-- The queues holding waiting or active tasks, with their counters: the metrics sampler's
+-- queue depth, read from the counters the transactions keep rather than counted over tasks.
+SELECT tenant, environment, name, pending, active FROM queues
+ WHERE pending > 0 OR active > 0
+ ORDER BY tenant, environment, name LIMIT :limit
+
+-- name: queue_first_pending
+-- A queue's first pending task in submission (id) order and when it became due: one seek in
+-- tasks_queue_state, however many wait.
+SELECT tenant, environment, queue, run_at FROM tasks
+ WHERE tenant = :tenant AND environment = :environment AND queue = :queue
+   AND state = :task.pending
+ ORDER BY id LIMIT 1
