@@ -16,6 +16,7 @@ from orbit_server.governance.service import AuditService, KeyService
 from orbit_server.observability.metrics import Metrics
 from orbit_server.pulse.bulk import BulkService
 from orbit_server.pulse.bulk_tasks import TaskBulk
+from orbit_server.pulse.domain_events import TasksPassed
 from orbit_server.pulse.gates import GateService
 from orbit_server.pulse.loops import (
     bulk_loop,
@@ -79,7 +80,8 @@ async def build_node(
         if not status.current:
             await db.close()
             raise SchemaNotCurrent(f"the database schema is not current: {status.describe()}")
-    metrics = Metrics()
+    metrics = Metrics(max_queues=settings.metrics_max_queues)
+    db.bus.subscribe(TasksPassed, lambda e: metrics.count_tasks(e.queue, str(e.milestone), e.count))
     for role in ServerRole:
         metrics.role_enabled.labels(str(role)).set(1 if settings.has_role(role) else 0)
     audit_writer = AuditWriter(clock)

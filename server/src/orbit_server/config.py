@@ -167,6 +167,11 @@ class Settings:
         "make; the next fails it with step_limit_exceeded",
         minimum=100,
     )
+    metrics_max_queues: int = _setting(
+        100,
+        "Queue names one node gives their own label in metrics; later ones are labelled 'other'",
+        minimum=1,
+    )
 
     def has_role(self, role: ServerRole) -> bool:
         return role in self.roles

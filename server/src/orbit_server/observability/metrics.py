@@ -1,6 +1,7 @@
 """Prometheus metrics, one registry per process (no multiprocess mode).
 
 Labels are bounded: route templates, methods, status classes, roles — never tenant or task ids.
+Queue names are bounded by :class:`QueueLabels`. docs/reference/metrics.md lists every metric.
 """
 
 from __future__ import annotations
@@ -10,9 +11,31 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
+OTHER_QUEUES = "other"
+
+
+class QueueLabels:
+    """A queue's label: the first ``cap`` distinct queue names this process sees get their own,
+    every later one is folded into ``other`` — so the series a node exports stay bounded however
+    many queues its tenants make (names are not scoped: one name in two tenants is one label)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self._own: set[str] = set()
+
+    def __call__(self, queue: str) -> str:
+        if queue in self._own:
+            return queue
+        if len(self._own) < self.cap:
+            self._own.add(queue)
+            return queue
+        return OTHER_QUEUES
+
+
 class Metrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, *, max_queues: int = 100) -> None:
         self.registry = registry or CollectorRegistry()
+        self.queue_label = QueueLabels(max_queues)
         r = self.registry
         self.http_requests = Counter(
             "orbit_http_requests_total",
@@ -98,6 +121,18 @@ class Metrics:
             ["state"],
             registry=r,
         )
+
+        # Task milestones, counted on the node that committed them (sum them over nodes).
+        self.queue_tasks_passed = Counter(
+            "orbit_queue_task_events_total",
+            "Tasks that passed a milestone (submitted, started, succeeded, failed, cancelled, "
+            "retried, expired, needs_review), by queue",
+            ["queue", "event"],
+            registry=r,
+        )
+
+    def count_tasks(self, queue: str, event: str, count: int) -> None:
+        self.queue_tasks_passed.labels(self.queue_label(queue), event).inc(count)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -12,14 +12,20 @@ caller holds the tasks' rows; a guarded statement that misses a row raises
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from orbit_server.errors import StateConflict
 from orbit_server.ids import new_id
-from orbit_server.pulse.domain_events import RoomMade, TaskSettled, WorkCommitted
+from orbit_server.pulse.domain_events import (
+    Milestone,
+    RoomMade,
+    TaskSettled,
+    TasksPassed,
+    WorkCommitted,
+)
 from orbit_server.pulse.effects import admit_keys
 from orbit_server.pulse.model import ResultEvent, Task
 from orbit_server.pulse.states import TaskState
@@ -87,6 +93,40 @@ async def apply(tx: Tx, transitions: Sequence[Transition], now: datetime) -> Non
         )
         if change.active:
             tx.publish(RoomMade(scope, queue))
+    publish_milestones(tx, Counter((t.task.queue, m) for t in transitions for m in milestones(t)))
+
+
+# An attempt's end that no report of its worker caused: its lease ran out (or its deadline).
+_EXPIRY_CAUSES = frozenset({"lease_expired", "timeout"})
+_REACHED = {
+    TaskState.SUCCEEDED: Milestone.SUCCEEDED,
+    TaskState.FAILED: Milestone.FAILED,
+    TaskState.CANCELLED: Milestone.CANCELLED,
+    TaskState.NEEDS_REVIEW: Milestone.NEEDS_REVIEW,
+}
+
+
+def milestones(t: Transition) -> list[Milestone]:
+    """What the metrics count of one transition: an eager attempt's start, an expired
+    lease, and the state it reaches (a retry's wait counts as ``retried``)."""
+    out: list[Milestone] = []
+    if t.starts_attempt:
+        out.append(Milestone.STARTED)
+    if t.attempt is not None and t.attempt.cause in _EXPIRY_CAUSES:
+        out.append(Milestone.EXPIRED)
+    if t.after is TaskState.SCHEDULED and t.before is TaskState.RUNNING:
+        out.append(Milestone.RETRIED)
+    elif (reached := _REACHED.get(t.after)) is not None:
+        out.append(reached)
+    return out
+
+
+def publish_milestones(tx: Tx, passed: Mapping[tuple[str, Milestone], int]) -> None:
+    """One ``TasksPassed`` per queue and milestone with a count, heard after the commit (it
+    writes nothing: the hot path pays no statement for its metrics)."""
+    for (queue, milestone), count in sorted(passed.items()):
+        if count > 0:
+            tx.publish(TasksPassed(queue, milestone, count))
 
 
 def _queue_changes(transitions: Sequence[Transition]) -> dict[tuple[Scope, str], _QueueChange]:

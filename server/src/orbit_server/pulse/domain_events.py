@@ -8,6 +8,7 @@ shortcut: other nodes' changes are found by their own periodic reads.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from orbit_server.scope import Scope
 from orbit_server.store.admissions import AdmissionNote
@@ -49,3 +50,25 @@ class KeysLeftToAdmit:
     """A large submit left its concurrency keys to be admitted after its commit (0012)."""
 
     note: AdmissionNote
+
+
+class Milestone(StrEnum):
+    """What happened to a task, as the node's metrics count it."""
+
+    SUBMITTED = "submitted"
+    STARTED = "started"  # an attempt started running (an eager one with its first report)
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    RETRIED = "retried"  # a failed or lost attempt that will run again
+    EXPIRED = "expired"  # an attempt's lease ended without a result (whatever follows)
+    NEEDS_REVIEW = "needs_review"
+
+
+@dataclass(frozen=True, slots=True)
+class TasksPassed:
+    """``count`` tasks of a queue (of any scope) passed ``milestone`` in one committed unit."""
+
+    queue: str
+    milestone: Milestone
+    count: int

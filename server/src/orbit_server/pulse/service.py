@@ -20,9 +20,14 @@ from orbit_server.clock import Clock
 from orbit_server.errors import IdempotencyConflict, NotFound, QueueFull, StateConflict
 from orbit_server.ids import new_id, new_token
 from orbit_server.pulse.admission import KeyAdmissions
-from orbit_server.pulse.apply import apply
+from orbit_server.pulse.apply import apply, publish_milestones
 from orbit_server.pulse.direct import DirectDispatch, Reservation
-from orbit_server.pulse.domain_events import CancelRequested, KeysLeftToAdmit, WorkCommitted
+from orbit_server.pulse.domain_events import (
+    CancelRequested,
+    KeysLeftToAdmit,
+    Milestone,
+    WorkCommitted,
+)
 from orbit_server.pulse.effects import (
     admit_keys,
 )
@@ -155,6 +160,7 @@ class TaskService:
             await task_store.task_insert_leased(tx, leased)
             await attempt_store.attempts_insert(tx, [leased], now)
             if await queue_store.queue_take_direct(tx, scope, task.queue, task.type, now):
+                publish_milestones(tx, {(task.queue, Milestone.SUBMITTED): 1})
                 return True
             raise _NotDirect()  # roll back: the ordinary path runs instead
 
@@ -269,6 +275,7 @@ class TaskService:
                     f"queue {name} holds its maximum of {queue.max_pending} waiting tasks"
                 )
             await queue_store.queue_add_counts(tx, scope, name, pending=count, now=now)
+        publish_milestones(tx, {(name, Milestone.SUBMITTED): n for name, n in per_queue.items()})
         for i, first in repeats.items():
             answer = results[first]
             assert answer is not None

@@ -9,14 +9,15 @@ stale or foreign holder never starts, renews, completes or releases anything. Ev
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from orbit_server.clock import Clock
 from orbit_server.pulse import claims
-from orbit_server.pulse.apply import apply
+from orbit_server.pulse.apply import apply, publish_milestones
+from orbit_server.pulse.domain_events import Milestone
 from orbit_server.pulse.effects import admit_keys, make_claimable
 from orbit_server.pulse.leasing import (
     ClaimRequest,
@@ -184,6 +185,8 @@ class WorkerService:
             )  # fmt: skip
             for i in indexes:
                 answers[i] = StartAnswer(refs[i], StartVerdict.STARTED, expires_at, deadline)
+        started = Counter((held.queue, Milestone.STARTED) for i, held in candidates if i in answers)
+        publish_milestones(tx, started)
         return answers
 
     def _started_lease(self, now: datetime, timeout_ms: int) -> tuple[datetime, datetime]:
@@ -221,6 +224,7 @@ class WorkerService:
             task.id, ref.attempt, AttemptState.RUNNING, started_at=now,
             lease_expires_at=expires_at,
         )])  # fmt: skip
+        publish_milestones(tx, {(task.queue, Milestone.STARTED): 1})
         return expires_at, deadline
 
     async def renew(self, refs: Sequence[LeaseRef]) -> list[Renewal]:
