@@ -36,6 +36,7 @@ from orbit_server.runtime.health import ReadinessProbe
 from orbit_server.runtime.node import Node
 from orbit_server.runtime.ratelimit import RateLimiter
 from orbit_server.runtime.roles import Supervisor
+from orbit_server.runtime.sampler import QueueSampler, sampler_loop
 from orbit_server.store import Database, open_database
 from orbit_server.store.migrate import schema_status
 from orbit_server.weave.advance import Advance
@@ -164,6 +165,10 @@ async def build_node(
         "workflow-waits",
         lambda: waits_loop(runner, workflows.changed, clock),
     )
+    sampler = QueueSampler(
+        db, clock, metrics, node=settings.node_id, interval_s=settings.metrics_sample_ms / 1000
+    )
+    supervisor.register(ServerRole.API, "queue-sampler", lambda: sampler_loop(sampler))
     return Node(
         settings=settings,
         clock=clock,
@@ -189,6 +194,7 @@ async def build_node(
         runner=runner,
         watch=watch,
         submit_limiter=RateLimiter(settings.submit_rate_per_key, settings.submit_burst_per_key),
+        sampler=sampler,
     )
 
 

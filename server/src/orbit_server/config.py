@@ -172,6 +172,11 @@ class Settings:
         "Queue names one node gives their own label in metrics; later ones are labelled 'other'",
         minimum=1,
     )
+    metrics_sample_ms: int = _setting(
+        15_000,
+        "How often the one node that holds the sampling duty reads queue depth from the database",
+        minimum=1000,
+    )
 
     def has_role(self, role: ServerRole) -> bool:
         return role in self.roles

@@ -45,6 +45,7 @@ async def test_an_event_written_at_once_is_refused_the_second_time(
 @pytest.mark.covers(
     "task_events_insert_many", "task_event_list_pending", "task_event_list_pending_owned",
     "task_event_mark_processed", "task_events_mark_processed_many",
+    "task_events_pending_owned_count",
 )  # fmt: skip
 async def test_events_are_listed_until_processed_once(db: Database, clock: FakeClock) -> None:
     events = [event(clock, n, "workflow" if n % 2 else None) for n in range(1, 6)]
@@ -57,6 +58,12 @@ async def test_events_are_listed_until_processed_once(db: Database, clock: FakeC
     assert await db.read(lambda tx: pending(tx, after="evt_02")) == ["evt_03", "evt_04", "evt_05"]
     assert await db.read(lambda tx: pending(tx, "workflow")) == ["evt_01", "evt_03", "evt_05"]
     assert await db.read(lambda tx: pending(tx, "workflow", after="evt_03")) == ["evt_05"]
+
+    async def count(tx: Tx) -> list[int]:
+        return [await event_store.task_events_pending_owned_count(tx, "workflow", most=m)
+                for m in (10, 2)]  # fmt: skip
+
+    assert await db.read(count) == [3, 2]
     now = clock.now()
 
     async def process(tx: Tx) -> tuple[list[bool], set[str], set[str]]:
@@ -70,6 +77,7 @@ async def test_events_are_listed_until_processed_once(db: Database, clock: FakeC
 
     assert await db.run(process) == ([True, False], {"evt_02"}, set())
     assert await db.read(pending) == ["evt_03", "evt_04", "evt_05"]
+    assert await db.read(count) == [2, 2]
 
 
 @pytest.mark.covers("task_events_delete_for_tasks")

@@ -130,9 +130,53 @@ class Metrics:
             ["queue", "event"],
             registry=r,
         )
+        # Sampled from the database by the one node that holds the sampling duty; the others
+        # export none of these series (take max by the labels across nodes).
+        self.queue_tasks = Gauge(
+            "orbit_queue_tasks",
+            "Tasks in a queue by state (waiting: scheduled or pending; active: leased or "
+            "running), as the sampling node last read them",
+            ["queue", "state"],
+            registry=r,
+        )
+        self.queue_oldest_pending_age = Gauge(
+            "orbit_queue_oldest_pending_age_seconds",
+            "How long the queue's first pending task (in submission order) has been due",
+            ["queue"],
+            registry=r,
+        )
+        self.queue_unserved = Gauge(
+            "orbit_queue_unserved_tasks",
+            "Waiting tasks that no connected worker can take, by queue and reason",
+            ["queue", "reason"],
+            registry=r,
+        )
+        self.result_events_pending = Gauge(
+            "orbit_result_events_pending",
+            "Result events not yet processed by their consumer (workflow advancement), counted "
+            "up to a bound",
+            ["consumer"],
+            registry=r,
+        )
+        self.queue_sampler = Gauge(
+            "orbit_queue_sampler_active",
+            "1 on the node that holds the queue sampling duty, else 0",
+            registry=r,
+        )
 
     def count_tasks(self, queue: str, event: str, count: int) -> None:
         self.queue_tasks_passed.labels(self.queue_label(queue), event).inc(count)
+
+    def clear_samples(self) -> None:
+        """This node does not (or no longer) sample: export none of the sampled series."""
+        for gauge in (
+            self.queue_tasks,
+            self.queue_oldest_pending_age,
+            self.queue_unserved,
+            self.result_events_pending,
+        ):
+            gauge.clear()
+        self.queue_sampler.set(0)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

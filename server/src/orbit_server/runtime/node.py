@@ -21,6 +21,7 @@ from orbit_server.pulse.workers import WorkerViews
 from orbit_server.runtime.health import ReadinessProbe
 from orbit_server.runtime.ratelimit import RateLimiter
 from orbit_server.runtime.roles import Supervisor
+from orbit_server.runtime.sampler import QueueSampler
 from orbit_server.store import Database, ServerInfo
 from orbit_server.weave.control import Control
 from orbit_server.weave.runner import Runner
@@ -53,6 +54,7 @@ class Node:
     runner: Runner  # its loops run with the advancement and events roles
     watch: TaskWatch
     submit_limiter: RateLimiter
+    sampler: QueueSampler  # its loop runs with the api role; ``unserved`` may be replaced
 
     async def start(self) -> None:
         await self.supervisor.start()

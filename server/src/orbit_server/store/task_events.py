@@ -93,3 +93,11 @@ async def task_events_mark_processed_many(
 async def task_events_delete_for_tasks(tx: Tx, task_ids: Sequence[str]) -> int:
     """Delete every event of these tasks (they are being pruned)."""
     return await tx.execute("events_delete_for_tasks", {"task_ids": list(task_ids)})
+
+
+async def task_events_pending_owned_count(tx: Tx, owner_kind: str, *, most: int) -> int:
+    """How many events of tasks owned by ``owner_kind`` wait to be processed, up to ``most``."""
+    row = await tx.fetch_one(
+        "task_events_pending_owned_count", {"owner_kind": owner_kind, "most": most}
+    )
+    return 0 if row is None else int(row["n"])

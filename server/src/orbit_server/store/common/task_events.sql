@@ -29,3 +29,10 @@ DELETE FROM task_events WHERE task_id IN (:task_ids)
 -- Events a consumer is about to handle, held until it commits (the unprocessed of them).
 SELECT id FROM task_events WHERE id IN (:ids) AND processed = 0
  ORDER BY id {{for_update}}
+
+-- name: task_events_pending_owned_count
+-- How many of a consumer's events wait, counted in its index up to :most (a bounded read,
+-- however long the backlog).
+SELECT COUNT(*) AS n FROM (
+  SELECT id FROM task_events WHERE owner_kind = :owner_kind AND processed = 0 LIMIT :most
+) AS waiting
