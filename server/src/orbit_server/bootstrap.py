@@ -133,6 +133,12 @@ async def build_node(
     )  # fmt: skip
     runner = Runner(db, clock, tasks, workflows, lanes=2 if db.dialect == "mysql" else 1)
 
+    def observe_lag(lags: list[float]) -> None:
+        for lag in lags:
+            metrics.workflow_advancement_lag.observe(lag)
+
+    runner.observe_lag = observe_lag
+
     def observe(advances: Sequence[Advance]) -> None:
         """One committed transaction of advancements: its rows, the instances it finished."""
         writes = sum(a.writes for a in advances)

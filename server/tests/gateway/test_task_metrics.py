@@ -14,8 +14,9 @@ from orbit_sdk import AsyncClient, RetryPolicy
 from orbit_sdk.worker import NonRetryableError, TaskContext, Worker
 from orbit_server.clock import FakeClock
 from orbit_server.governance.keys import Role
+from orbit_server.pulse.model import TaskSpec
 from tests.conftest import SCOPE, make_key
-from tests.gateway.conftest import Live
+from tests.gateway.conftest import Live, hello, recv
 
 QUEUE = "metered"
 ONE_RETRY = RetryPolicy(max_attempts=2, initial_backoff_ms=100, max_backoff_ms=100)
@@ -107,3 +108,21 @@ async def test_each_milestone_is_counted_once_by_queue(
     }  # fmt: skip
     metrics = node.metrics.render().decode()
     assert 'orbit_queue_task_events_total{event="started",queue="metered"} 6.0' in metrics
+
+
+async def test_worker_slots_come_from_the_lease_ledger(live: Live) -> None:
+    def value(name: str) -> float | None:
+        return live.node.metrics.registry.get_sample_value(name)
+
+    assert (value("orbit_worker_slots_free"), value("orbit_worker_slots_in_flight")) == (0, 0)
+    async with live.connect() as ws:
+        await hello(ws, capacity=5)
+        assert value("orbit_worker_slots_free") == 5
+        spec = TaskSpec(queue="emails", type="send")
+        await live.node.tasks.submit_many(SCOPE, [spec, spec])
+        delivered = 0
+        while delivered < 2:
+            frame = await recv(ws)
+            assert frame["type"] == "tasks", frame
+            delivered += len(frame["items"])
+        assert (value("orbit_worker_slots_free"), value("orbit_worker_slots_in_flight")) == (3, 2)

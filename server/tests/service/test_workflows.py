@@ -937,3 +937,20 @@ async def test_a_step_whose_expression_would_cost_too_much_fails_without_running
     assert failed.error["code"] == "expression_failed"
     assert "too costly to evaluate" in failed.error["message"]
     assert await work(node) == []  # no task was made
+
+
+async def test_advancement_lag_is_measured_from_the_step_task_settling(
+    node: Node, clock: FakeClock
+) -> None:
+    await publish(node, body("two", [task("a", next="b"), task("b")]))
+    await start(node, "two", {})
+    await work(node)  # the step's task settles now: its result event is written
+    clock.advance(1500)
+    assert await node.runner.consume() == 1
+
+    def lag(name: str) -> float | None:
+        return node.metrics.registry.get_sample_value(
+            f"orbit_workflow_advancement_lag_seconds_{name}"
+        )
+
+    assert (lag("count"), lag("sum")) == (1, 1.5)

@@ -66,6 +66,9 @@ class Gateway:
             node.workers, node.watch, node.metrics, max_leases=settings.node_max_leases
         )
         self.coalescer = Coalescer.of(node.workers)
+        ledger = self.dispatcher.ledger  # read at each scrape: no bookkeeping on the hot path
+        node.metrics.worker_slots_free.set_function(lambda: sum(a.free for a in ledger.accounts()))
+        node.metrics.worker_slots_busy.set_function(lambda: ledger.inflight)
         self._connections: set[Connection] = set()
         self._draining = False
         self._touching: asyncio.Task[None] | None = None

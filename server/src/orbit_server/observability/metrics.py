@@ -122,6 +122,14 @@ class Metrics:
             registry=r,
         )
 
+        self.workflow_advancement_lag = Histogram(
+            "orbit_workflow_advancement_lag_seconds",
+            "From a workflow step's task settling (its result event) to the commit of the "
+            "advancement that handled it",
+            buckets=(*fast, 10, 30, 60, 300),
+            registry=r,
+        )
+
         # Task milestones, counted on the node that committed them (sum them over nodes).
         self.queue_tasks_passed = Counter(
             "orbit_queue_task_events_total",
@@ -161,6 +169,16 @@ class Metrics:
         self.queue_sampler = Gauge(
             "orbit_queue_sampler_active",
             "1 on the node that holds the queue sampling duty, else 0",
+            registry=r,
+        )
+        self.worker_slots_free = Gauge(
+            "orbit_worker_slots_free",
+            "Credits this node's worker connections have open and unused",
+            registry=r,
+        )
+        self.worker_slots_busy = Gauge(
+            "orbit_worker_slots_in_flight",
+            "Slots of this node's worker connections reserved for a claim or holding an attempt",
             registry=r,
         )
 

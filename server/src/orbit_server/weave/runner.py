@@ -59,6 +59,9 @@ class Runner:
         self.batch = batch
         self.instances = instances
         self.lanes = lanes
+        # Told, after each commit, the seconds from each handled result event's creation (its
+        # step's task settling) to the advancement that handled it.
+        self.observe_lag: Callable[[list[float]], object] | None = None
 
     # -- result events ------------------------------------------------------------------------
 
@@ -134,9 +137,11 @@ class Runner:
     async def _consume(self, workflow_ids: list[str], events: list[ResultEvent], mode: Mode) -> int:
         """Mark ``events`` processed and advance their instances, in one transaction."""
 
+        fresh: list[ResultEvent] = []
+
         async def unit(tx: Tx) -> tuple[list[Advance], int]:
             marked = await self._events.mark_many_in(tx, events)
-            fresh = [e for e in events if e.id in marked]
+            fresh[:] = [e for e in events if e.id in marked]
             if mode is Mode.FAIL:
                 failed = await self._advancement.fail_alone_in(
                     tx, workflow_ids[0], ADVANCEMENT_FAILED
@@ -155,6 +160,9 @@ class Runner:
             return advances, len(marked)
 
         advances, handled = await self._db.run(unit)
+        if self.observe_lag is not None and fresh:
+            now = self._clock.now()
+            self.observe_lag([(now - e.created_at).total_seconds() for e in fresh])
         await self._advancement.after(advances)
         return handled
 
