@@ -198,6 +198,13 @@ class DatabaseBusy(DatabaseUnavailable):
     any other for the caller; not an outage (the store's availability log ignores it)."""
 
 
+def is_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database is away (not merely busy). The store's
+    :class:`~orbit_server.store.base.Availability` tells an outage in a few lines, once for the
+    whole process; whoever else meets it logs at DEBUG only."""
+    return isinstance(exc, DatabaseUnavailable) and not isinstance(exc, DatabaseBusy)
+
+
 class CommitOutcomeUnknown(Unavailable):
     """A COMMIT failed or timed out: the change may or may not be durable.
 

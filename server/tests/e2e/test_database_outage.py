@@ -80,3 +80,7 @@ def test_readyz_follows_the_database_down_and_back(private_mariadb: MariaDBServe
     assert len([line for line in log if "database unavailable: refusing work" in line]) == 1
     assert len([line for line in log if "database available again" in line]) == 1
     assert [line for line in log if "skipped" in line] == []
+    # Nothing else meeting the outage repeats it: not the readiness probes (every 0.1 s
+    # here), not the refused requests. The outage's one warning is the only one.
+    warned = [line for line in log if "[warning" in line or "[error" in line]
+    assert len(warned) == 1, warned

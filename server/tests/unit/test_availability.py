@@ -30,3 +30,20 @@ def test_a_busy_database_is_no_outage() -> None:
             availability.failed(DatabaseBusy("no database connection became free in time"))
             availability.answered()
     assert logs == [] and availability.down_since is None
+
+
+def test_a_long_outage_is_reminded_once_a_minute_not_once_per_refusal() -> None:
+    clock = [0.0]
+    availability = Availability(now=lambda: clock[0])
+    with capture_logs() as logs:
+        for _ in range(5 * 60 * 100):  # five minutes of 100 refusals a second
+            availability.failed(DatabaseUnavailable("cannot connect"))
+            clock[0] += 0.01
+        availability.answered()
+    assert [e["event"] for e in logs] == [
+        "database unavailable: refusing work until it answers again",
+        *["database still unavailable"] * 4,
+        "database available again",
+    ]
+    assert [e.get("down_s") for e in logs[1:]] == [60.0, 120.0, 180.0, 240.0, 300.0]
+    assert availability.down is False and availability.reason is None

@@ -108,7 +108,9 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
     if isinstance(error, errors.InternalError) and not isinstance(exc, errors.OrbitError):
         log.error("unhandled error", path=request.url.path, exc_info=exc)
     elif isinstance(error, errors.Unavailable):
-        log.warning("unavailable", code=error.code, reason=type(exc.__cause__ or exc).__name__)
+        # An outage is told once by the store, not once per request it refuses.
+        level = log.debug if errors.is_outage(exc) else log.warning
+        level("unavailable", code=error.code, reason=type(exc.__cause__ or exc).__name__)
     return Response(
         content=encode_error(error, request_id),
         status_code=error.status,

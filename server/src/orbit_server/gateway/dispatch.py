@@ -15,7 +15,7 @@ from typing import Protocol
 
 import structlog
 
-from orbit_server.errors import Unavailable
+from orbit_server.errors import Unavailable, is_outage
 from orbit_server.gateway.ledger import Account, LeaseLedger, Reservation
 from orbit_server.observability.metrics import Metrics
 from orbit_server.pulse.watch import TaskWatch
@@ -120,7 +120,8 @@ class Dispatcher:
         try:
             await self._workers.release(refs)
         except Exception as exc:  # they run out instead
-            log.warning("leases not given back", count=len(refs), reason=str(exc))
+            level = log.debug if is_outage(exc) else log.warning  # the store tells an outage
+            level("leases not given back", count=len(refs), reason=str(exc))
 
     def release_soon(self, refs: list[LeaseRef]) -> None:
         """``release`` from code that cannot wait for it (the task is kept until it ends)."""

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from orbit_server.errors import DatabaseBusy, DatabaseUnavailable, TransientError, Unavailable
+from orbit_server.errors import TransientError, Unavailable, is_outage
 from orbit_server.pulse.admission import KeyAdmissions
 from orbit_server.pulse.bulk import BulkService
 from orbit_server.pulse.scheduler import PassReport, Scheduler
@@ -22,8 +22,7 @@ def log_skipped(logger: structlog.stdlib.BoundLogger, what: str, exc: TransientE
     """A background pass that met a transient refusal: at DEBUG while the database is away
     (the store logs the outage once, and when it is back), else — busy, a full queue — a
     warning."""
-    away = isinstance(exc, DatabaseUnavailable) and not isinstance(exc, DatabaseBusy)
-    level = logger.debug if away else logger.warning
+    level = logger.debug if is_outage(exc) else logger.warning
     level(f"{what} skipped", code=exc.code, reason=exc.message)
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from orbit_server.errors import DatabaseUnavailable
 from orbit_server.observability.metrics import Metrics
 from orbit_server.store import Database
 from orbit_server.store.migrate import schema_status
@@ -52,8 +53,17 @@ class ReadinessProbe:
         except Exception as exc:  # any failure to reach the database means "not ready"
             self._metrics.db_up.set(0)
             checks["database"] = "unreachable"
-            log.warning("readiness: database unreachable", reason=type(exc).__name__)
+            # The outage is told once for the process by the store's availability; probes
+            # come every few seconds and would repeat it.
+            away = (
+                exc
+                if isinstance(exc, DatabaseUnavailable)
+                else DatabaseUnavailable("the database did not answer the readiness check")
+            )
+            self._db.availability.failed(away)
+            log.debug("readiness: database unreachable", reason=type(exc).__name__)
             return Readiness(False, checks, "the database is unreachable")
+        self._db.availability.answered()
         self._metrics.db_up.set(1)
         self._metrics.schema_current.set(1 if status.current else 0)
         if not status.current:

@@ -123,22 +123,35 @@ class ServerInfo:
 
 class Availability:
     """Whether the database answers, as this process sees it, and the lines that say so: one
-    when it stops answering, one every ``report_every_s`` while it stays away (with how many
-    units it refused meanwhile), one when it answers again. The loops and requests that meet
-    the outage log it at DEBUG only, so an outage is a few lines, not hundreds a second. A
-    database that answers but is busy (``DatabaseBusy``) is no outage."""
+    warning when it stops answering, a reminder every ``report_every_s`` while it stays away
+    (with how many units and checks it refused meanwhile), one info line when it answers
+    again. It is the one holder of that state: units of work, readiness checks and anything
+    else that meets the outage report it here, and log it themselves at DEBUG only (see
+    :func:`~orbit_server.errors.is_outage`), so an outage is a few lines, not hundreds a
+    second. A database that answers but is busy (``DatabaseBusy``) is no outage.
 
-    def __init__(self, report_every_s: float = 30.0) -> None:
+    ``now`` is a monotonic clock in seconds (injectable for tests)."""
+
+    def __init__(
+        self, report_every_s: float = 60.0, *, now: Callable[[], float] = time.monotonic
+    ) -> None:
         self.report_every_s = report_every_s
+        self._now = now
         self.down_since: float | None = None
         self.refused = 0
+        self.reason: str | None = None
         self._reported = 0.0
+
+    @property
+    def down(self) -> bool:
+        return self.down_since is not None
 
     def failed(self, error: DatabaseUnavailable) -> None:
         if isinstance(error, DatabaseBusy):
             return  # it answers, it is only busy: no outage to tell
-        now = time.monotonic()
+        now = self._now()
         self.refused += 1
+        self.reason = error.message
         if self.down_since is None:
             self.down_since = self._reported = now
             log.warning("database unavailable: refusing work until it answers again",
@@ -151,9 +164,9 @@ class Availability:
     def answered(self) -> None:
         if self.down_since is not None:
             log.info("database available again",
-                     down_s=round(time.monotonic() - self.down_since, 1),
+                     down_s=round(self._now() - self.down_since, 1),
                      refused=self.refused)  # fmt: skip
-            self.down_since, self.refused = None, 0
+            self.down_since, self.refused, self.reason = None, 0, None
 
 
 class Database(abc.ABC):
