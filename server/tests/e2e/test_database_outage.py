@@ -67,6 +67,10 @@ def test_readyz_follows_the_database_down_and_back(private_mariadb: MariaDBServe
             assert "retry-after" in refused.headers
             assert not any(word in refused.text.lower() for word in LEAKS)
             assert client.get("/healthz").status_code == 200  # alive, just not ready
+            status = run_orbit("status", env={"ORBIT_URL": url, "ORBIT_API_KEY": key})
+            assert status.code == 1
+            assert "database unavailable (unavailable)" in status.stderr, status.stderr
+            assert "rejected" not in status.stderr
             private_mariadb.start()
             came_back = wait_for_status(client, "/readyz", 200, within_s=20)
             auth = {"Authorization": f"Bearer {key}"}

@@ -48,7 +48,20 @@ def show_status(url: str, api_key: str | None, timeout_s: float = 10.0) -> int:
                 f"roles {', '.join(me['roles'])}"
             )
         else:
-            code = me.get("error", {}).get("code") if isinstance(me, dict) else status_me
-            typer.echo(f"key rejected: {code}", err=True)
+            typer.echo(_key_not_checked(status_me, me, checks), err=True)
             return 1
     return 0 if status == 200 else 1
+
+
+def _key_not_checked(status: int, body: Any, checks: dict[str, Any]) -> str:
+    """Why ``/v1/whoami`` did not answer 200: the key is refused only on 401/403; a server
+    that cannot reach its database cannot tell (503), and saying "rejected" would send the
+    operator after the wrong fault."""
+    error = body.get("error", {}) if isinstance(body, dict) else {}
+    code = error.get("code") if isinstance(error, dict) else None
+    if status in (401, 403):
+        return f"key rejected: {code or status}"
+    if status == 503 or checks.get("database") == "unreachable":
+        detail = code or f"HTTP {status}"
+        return f"database unavailable ({detail}): the server cannot check the key now; retry later"
+    return f"key not checked: HTTP {status}" + (f" ({code})" if code else "")
