@@ -102,3 +102,38 @@ def test_the_cel_examples_of_the_workflow_guide_evaluate() -> None:
     assert len(sources) >= 15
     for source in sources:
         compile_expression(source, VARIABLES | {"result"}).evaluate(data)
+
+
+def metric_names() -> set[str]:
+    """Every metric a node exports, as Prometheus names it (counters with ``_total``)."""
+    from orbit_server.observability.metrics import Metrics
+
+    return {
+        family.name + ("_total" if family.type == "counter" else "")
+        for family in Metrics().registry.collect()
+    }
+
+
+def test_every_metric_is_in_the_metrics_reference() -> None:
+    text = read("reference/metrics.md")
+    assert sorted(name for name in metric_names() if f"`{name}`" not in text) == []
+
+
+def test_the_grafana_dashboard_uses_only_metrics_that_exist() -> None:
+    import json
+
+    dashboard = json.loads((DOCS / "grafana" / "orbit-dashboard.json").read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    assert exprs
+    used = {name for expr in exprs for name in re.findall(r"\borbit_[a-z_]+", expr)}
+    known = metric_names()
+    known |= {f"{name}_bucket" for name in known}  # histograms' series
+    assert sorted(used - known) == []
+    shown = {name.removesuffix("_bucket") for name in used}
+    for wanted in (
+        "orbit_queue_tasks", "orbit_queue_task_events_total",
+        "orbit_queue_oldest_pending_age_seconds", "orbit_worker_slots_free",
+        "orbit_schedule_fire_lag_seconds", "orbit_workflow_advancement_lag_seconds",
+        "orbit_queue_unserved_tasks", "orbit_http_requests_total", "orbit_database_up",
+    ):  # fmt: skip
+        assert wanted in shown, wanted
