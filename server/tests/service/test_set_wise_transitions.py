@@ -11,8 +11,8 @@ import pytest
 from orbit_server.clock import FakeClock
 from orbit_server.pulse.model import TaskSpec
 from orbit_server.pulse.retry import RetryPolicy
-from orbit_server.pulse.states import SideEffect
-from orbit_server.pulse.worker import Session, Want, WorkerService
+from orbit_server.pulse.states import Event, SideEffect
+from orbit_server.pulse.worker import Report, Session, Want, WorkerService
 from orbit_server.runtime.node import Node
 from orbit_server.store import queues as queue_store
 from orbit_server.store import tasks as task_store
@@ -65,3 +65,31 @@ async def test_a_lease_expiry_pass_writes_set_by_set(
     # Each statement runs once for the whole pass, whatever its size; each queue's row once.
     assert writes.pop("queue_add_counts") == 2
     assert set(writes.values()) == {1}, writes
+
+
+async def start_and_succeed(node: Node, queue: str, each: int) -> Counter[str]:
+    """Statements of the start and of the results of a batch of ``each`` leased tasks."""
+    await node.tasks.submit_many(SCOPE, [TaskSpec(queue=queue, type="t")] * each)
+    leases = await node.workers.claim(SCOPE, ALICE, [Want(queue, "t", 1000)], limit=1000)
+    counting = CountingDatabase(node.db)
+    workers = WorkerService(counting, node.clock, lease_ms=node.settings.lease_ms)
+    refs = [lease.ref for lease in leases]
+    await workers.start_many(refs)
+    await workers.report_many([Report(ref, Event.COMPLETE, result=None) for ref in refs])
+    return counting.writes + counting.reads
+
+
+async def test_counting_milestones_costs_the_hot_path_no_statement(node: Node) -> None:
+    """Starts and successes are counted from the units' domain events, after the commit: the
+    statements of a batch's start and of its results stay the same few whatever its size."""
+    few = await start_and_succeed(node, "few", 3)
+    many = await start_and_succeed(node, "many", 20)
+    assert few == many
+
+    def count(queue: str, event: str) -> float | None:
+        return node.metrics.registry.get_sample_value(
+            "orbit_queue_task_events_total", {"queue": queue, "event": event}
+        )
+
+    for queue, each in (("few", 3), ("many", 20)):
+        assert [count(queue, e) for e in ("submitted", "started", "succeeded")] == [each] * 3
