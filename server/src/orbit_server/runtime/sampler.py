@@ -114,8 +114,8 @@ class QueueSampler:
         if sample is None:
             self.lost()
             return None
-        if not self.holding:
-            log.info("queue sampling duty taken", node=self.node)
+        if not self.holding:  # which node samples: orbit_queue_sampler_active tells it
+            log.debug("queue sampling duty taken", node=self.node)
         self.holding = True
         self._export(sample)
         return sample
@@ -123,7 +123,7 @@ class QueueSampler:
     def lost(self) -> None:
         """This node does not hold the duty (any more): it exports no samples."""
         if self.holding:
-            log.info("queue sampling duty left", node=self.node)
+            log.debug("queue sampling duty left", node=self.node)
         self.holding = False
         self._metrics.clear_samples()
 
