@@ -37,8 +37,9 @@ from orbit_server.runtime.node import Node
 from orbit_server.runtime.ratelimit import RateLimiter
 from orbit_server.runtime.roles import Supervisor
 from orbit_server.runtime.sampler import QueueSampler, sampler_loop
-from orbit_server.store import Database, open_database
+from orbit_server.store import Database, Tx, open_database
 from orbit_server.store.migrate import schema_status
+from orbit_server.store.queues import QueueDepth
 from orbit_server.weave.advance import Advance
 from orbit_server.weave.bulk import WorkflowBulk
 from orbit_server.weave.control import Control
@@ -171,9 +172,15 @@ async def build_node(
         "workflow-waits",
         lambda: waits_loop(runner, workflows.changed, clock),
     )
+    worker_views = WorkerViews(db, clock, seen_window_ms=3 * settings.heartbeat_ms)
+
+    async def unserved(tx: Tx, depths: Sequence[QueueDepth]) -> dict[tuple[str, str], int]:
+        return await worker_views.unserved_counts(tx, [d.scope for d in depths if d.waiting])
+
     sampler = QueueSampler(
-        db, clock, metrics, node=settings.node_id, interval_s=settings.metrics_sample_ms / 1000
-    )
+        db, clock, metrics, node=settings.node_id, interval_s=settings.metrics_sample_ms / 1000,
+        unserved=unserved,
+    )  # fmt: skip
     supervisor.register(ServerRole.API, "queue-sampler", lambda: sampler_loop(sampler))
     return Node(
         settings=settings,
@@ -194,7 +201,7 @@ async def build_node(
         scheduler=scheduler,
         sessions=sessions,
         bulk=bulk,
-        worker_views=WorkerViews(db, clock, seen_window_ms=3 * settings.heartbeat_ms),
+        worker_views=worker_views,
         workflows=workflows,
         workflow_control=Control(workflows.advancement),
         runner=runner,

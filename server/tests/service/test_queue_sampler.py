@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from orbit_server.audit import Actor
 from orbit_server.clock import FakeClock
+from orbit_server.governance.keys import Role
 from orbit_server.observability.metrics import Metrics
 from orbit_server.pulse.model import TaskSpec
 from orbit_server.runtime.node import Node
@@ -163,3 +164,21 @@ async def test_the_node_runs_the_sampler_and_gives_the_duty_up_when_it_stops(
         return None if found is None else found.expires_at
 
     assert await node.db.read(expiry) == clock.now()  # free at once for another node
+
+
+async def test_the_node_samples_unserved_tasks_by_queue_and_reason(node: Node) -> None:
+    """The node's own sampler counts what ``GET /v1/queues`` lists as unserved: here no
+    worker key may serve ``emails``, and a worker key limited to ``reports`` has no worker
+    connected."""
+    await node.keys.create(SCOPE, (Role.WORKER,), actor=Actor("test"), queues=("reports",))
+    await submit(node, "emails", 3)
+    await submit(node, "reports", 2)
+    await submit(node, "reports", 1, OTHER_TENANT)  # no worker key in that scope
+    await node.sampler.sample()
+    metrics = node.metrics
+    assert value(metrics, "orbit_queue_unserved_tasks", queue="emails",
+                 reason="queue_out_of_scope") == 3  # fmt: skip
+    assert value(metrics, "orbit_queue_unserved_tasks", queue="reports",
+                 reason="no_handler") == 2  # fmt: skip
+    assert value(metrics, "orbit_queue_unserved_tasks", queue="reports",
+                 reason="queue_out_of_scope") == 1  # fmt: skip

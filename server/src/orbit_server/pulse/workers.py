@@ -192,25 +192,34 @@ class WorkerViews:
     async def unserved(self, scope: Scope, *, queue: str | None = None) -> list[Unserved]:
         """Claimable work of ``scope`` (or of one queue) that no connected worker could take,
         by queue, type and handler version, oldest first."""
+        return await self._db.read(lambda tx: self.unserved_in(tx, scope, queue=queue))
+
+    async def unserved_in(
+        self, tx: Tx, scope: Scope, *, queue: str | None = None
+    ) -> list[Unserved]:
+        """:meth:`unserved` in the caller's transaction."""
         seen_after = self._clock.now() - self._seen_window
+        groups = await ready_store.ready_groups(tx, scope, queue=queue, limit=GROUPS_READ)
+        if not groups:
+            return []
+        handlers, key_queues = await _servers(tx, scope, seen_after)
+        found = []
+        for g in groups:
+            reason = why_unserved(g.queue, g.type, g.handler_version, handlers, key_queues)
+            if reason is not None:
+                found.append(
+                    Unserved(g.queue, g.type, g.handler_version, g.count, g.oldest_run_at, reason)
+                )
+        return sorted(found, key=lambda u: (u.oldest_run_at, u.queue, u.type))
 
-        async def unit(tx: Tx) -> list[Unserved]:
-            groups = await ready_store.ready_groups(tx, scope, queue=queue, limit=GROUPS_READ)
-            if not groups:
-                return []
-            handlers, key_queues = await _servers(tx, scope, seen_after)
-            found = []
-            for g in groups:
-                reason = why_unserved(g.queue, g.type, g.handler_version, handlers, key_queues)
-                if reason is not None:
-                    found.append(
-                        Unserved(
-                            g.queue, g.type, g.handler_version, g.count, g.oldest_run_at, reason
-                        )
-                    )
-            return sorted(found, key=lambda u: (u.oldest_run_at, u.queue, u.type))
-
-        return await self._db.read(unit)
+    async def unserved_counts(self, tx: Tx, scopes: Iterable[Scope]) -> dict[tuple[str, str], int]:
+        """Unserved tasks of ``scopes`` counted by (queue, reason), in the caller's
+        transaction (the metrics sampler's)."""
+        counts: dict[tuple[str, str], int] = {}
+        for scope in sorted(set(scopes)):
+            for u in await self.unserved_in(tx, scope):
+                counts[(u.queue, u.reason)] = counts.get((u.queue, u.reason), 0) + u.pending
+        return counts
 
     async def task_unserved(
         self, scope: Scope, queue: str, type_: str, version: str | None
