@@ -244,6 +244,93 @@ def test_the_review_inbox_shows_what_each_task_needs(dev: Server, tmp_path: Path
     assert "no task needs review" in dev.table("tasks", "list", "--state", "needs_review")
 
 
+WORKERS_APP = """
+from orbit_sdk.worker import TaskContext, Worker
+
+worker = Worker()
+
+
+@worker.handler(queue="listed", type="noop", version="2")
+def noop(ctx: TaskContext) -> None:
+    return None
+"""
+
+
+def test_workers_list_and_show(dev: Server, tmp_path: Path) -> None:
+    (tmp_path / "workers_app.py").write_text(WORKERS_APP)
+    worker = OrbitProcess.command(
+        [str(Path(sys.executable).parent / "orbit-worker"), "workers_app:worker",
+         "--worker-id", "cli-worker", "--concurrency", "2"],
+        env={**dev.env, "PYTHONPATH": str(tmp_path)},
+    )  # fmt: skip
+    try:
+
+        def listed() -> list[dict[str, Any]]:
+            found: list[dict[str, Any]] = dev.json("workers", "list", "--queue", "listed")["items"]
+            return [w for w in found if w["worker_id"] == "cli-worker"]
+
+        eventually(lambda: [w["status"] for w in listed()] == ["connected"], "the worker")
+        [one] = listed()
+        assert one["capacity"] == 2 and one["handlers"] == [
+            {"queue": "listed", "type": "noop", "versions": ["2"]}
+        ]
+        table = dev.table("workers", "list", "--queue", "listed")
+        assert one["session_id"] in table and "listed/noop@2" in table and "0/2" in table
+        shown = dev.json("workers", "show", one["session_id"])
+        assert shown["attempts"] == [] and shown["node"] == one["node"]
+        assert "cli-worker" in dev.table("workers", "show", one["session_id"])
+    finally:
+        worker.stop(timeout=30)
+    eventually(
+        lambda: (
+            [(w["status"], w["end_reason"]) for w in listed()] == [("ended", "drain")]
+            or [w["status"] for w in listed()] == ["ended"]
+        ),
+        "the session to end",
+    )
+    assert dev.json("workers", "list", "--queue", "listed", "--ended-within-ms", "0")["items"] == []
+
+
+def test_bulk_operations_from_the_command_line(dev: Server) -> None:
+    ids = [dev.submit("bulkcli", "send", labels={"batch": "9"}) for _ in range(5)]
+    dev.submit("bulkcli", "send", labels={"batch": "other"})
+    dry = dev.json("tasks", "bulk", "cancel", "--queue", "bulkcli", "--label", "batch:9",
+                   "--dry-run")  # fmt: skip
+    assert dry["matched"] == 5 and sorted(t["id"] for t in dry["sample"]) == sorted(ids)
+    assert "5 match" in dev.table("tasks", "bulk", "cancel", "--label", "batch:9", "--dry-run")
+    assert {dev.api("GET", f"/v1/tasks/{i}")["state"] for i in ids} == {"pending"}
+
+    done = dev.json("tasks", "bulk", "cancel", "--queue", "bulkcli", "--label", "batch:9",
+                    "--reason", "withdrawn", "--wait")  # fmt: skip
+    assert (done["state"], done["done"], done["remaining"]) == ("completed", 5, 0)
+    assert {dev.api("GET", f"/v1/tasks/{i}")["cancel_reason"] for i in ids} == {"withdrawn"}
+    retried = dev.json("tasks", "bulk", "retry", "--id", ids[0], "--id", ids[1], "--wait")
+    assert retried["done"] == 2
+    raised = dev.json("tasks", "bulk", "set_priority", "--id", ids[0], "--priority", "5",
+                      "--wait")  # fmt: skip
+    assert raised["done"] == 1 and dev.api("GET", f"/v1/tasks/{ids[0]}")["priority"] == 5
+
+    listed = dev.json("bulk", "list")["items"]
+    assert done["id"] in {o["id"] for o in listed}
+    assert "completed" in dev.table("bulk", "show", done["id"])
+    items = dev.json("bulk", "items", done["id"], "--state", "done")["items"]
+    assert sorted(i["target_id"] for i in items) == sorted(ids)
+    refused = dev.orbit("bulk", "cancel", done["id"])
+    assert refused.code == 1 and "state_conflict" in refused.stderr
+    no_filter = dev.orbit("tasks", "bulk", "cancel")
+    assert no_filter.code == 2 and "filter" in no_filter.stderr
+
+    dev.api("POST", "/v1/workflow-definitions", {**APPROVE, "name": "bulk-approve"})
+    flows = [dev.api("POST", "/v1/workflows", {"definition": "bulk-approve"})["id"]
+             for _ in range(2)]  # fmt: skip
+    dry_flows = dev.json("workflows", "bulk", "pause", "--definition", "bulk-approve",
+                         "--dry-run")  # fmt: skip
+    assert sorted(dry_flows["sample"]) == sorted(flows)
+    paused = dev.json("workflows", "bulk", "pause", "--definition", "bulk-approve", "--wait")
+    assert paused["done"] == 2
+    assert {dev.api("GET", f"/v1/workflows/{w}")["state"] for w in flows} == {"paused"}
+
+
 def test_queues_list_show_pause_resume_and_set(dev: Server) -> None:
     dev.submit("reports", "build")
     [queue] = [q for q in dev.json("queues", "list")["items"] if q["name"] == "reports"]

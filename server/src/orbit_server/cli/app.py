@@ -13,10 +13,12 @@ import typer
 
 from orbit_server import __version__
 from orbit_server.cli.audit import audit_app
+from orbit_server.cli.bulk import bulk_app, tasks_bulk, workflows_bulk
 from orbit_server.cli.operator import with_watch_default
 from orbit_server.cli.queues import queues_app
 from orbit_server.cli.schedules import schedules_app
 from orbit_server.cli.tasks import tasks_app
+from orbit_server.cli.workers import workers_app
 from orbit_server.cli.workflows import workflows_app
 from orbit_server.config import Settings, SettingsError, describe_settings
 
@@ -37,6 +39,10 @@ app.add_typer(queues_app, name="queues")
 app.add_typer(workflows_app, name="workflows")
 app.add_typer(schedules_app, name="schedules")
 app.add_typer(audit_app, name="audit")
+app.add_typer(workers_app, name="workers")
+app.add_typer(bulk_app, name="bulk")
+tasks_app.command("bulk")(tasks_bulk)
+workflows_app.command("bulk")(workflows_bulk)
 
 EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
 
