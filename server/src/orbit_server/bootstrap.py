@@ -234,4 +234,12 @@ def build_app(node: Node, *, litestar: Litestar | None = None) -> OrbitApp:
     """The ASGI app; with the gateway role, ``/v1/worker`` serves workers. ``litestar``: a
     shared HTTP app (see :class:`OrbitApp`)."""
     gateway = Gateway(node) if node.settings.has_role(ServerRole.GATEWAY) else None
-    return OrbitApp(node, worker_endpoint=gateway, litestar=litestar)
+    console = None
+    if node.settings.has_role(ServerRole.CONSOLE):
+
+        def console() -> Litestar:
+            from orbit_server.console.app import build_console
+
+            return build_console(node)
+
+    return OrbitApp(node, worker_endpoint=gateway, litestar=litestar, console=console)

@@ -31,6 +31,7 @@ class ServerRole(StrEnum):
     SCHEDULER = "scheduler"
     ADVANCEMENT = "advancement"
     EVENTS = "events"
+    CONSOLE = "console"  # the operator console at /console (an adapter, like the API)
 
 
 def _env_name(name: str) -> str:

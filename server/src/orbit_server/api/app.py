@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from litestar import Litestar, Request
@@ -153,6 +154,7 @@ class WorkerEndpoint(Protocol):
 
 
 WORKER_PATH = "/v1/worker"
+CONSOLE_PATH = "/console"
 
 
 class OrbitApp:
@@ -168,9 +170,12 @@ class OrbitApp:
         *,
         worker_endpoint: WorkerEndpoint | None = None,
         litestar: Litestar | None = None,
+        console: Callable[[], Any] | None = None,
     ) -> None:
         self.node = node
         self.worker_endpoint = worker_endpoint
+        self._console_factory = console  # builds the console's ASGI app at its first request
+        self._console: Any = None
         self.litestar = build_litestar(node.settings) if litestar is None else litestar
         self._asgi = OrbitHTTPMiddleware(
             self.litestar, metrics=node.metrics, max_body_bytes=node.settings.max_body_bytes
@@ -181,6 +186,13 @@ class OrbitApp:
         if endpoint is not None and scope["type"] == "websocket" and scope["path"] == WORKER_PATH:
             await endpoint(scope, receive, send)
             return
+        if self._console_factory is not None and scope["type"] == "http":
+            path: str = scope["path"]
+            if path == CONSOLE_PATH or path.startswith(CONSOLE_PATH + "/"):
+                if self._console is None:
+                    self._console = self._console_factory()
+                await self._console(scope, receive, send)
+                return
         scope[NODE_KEY] = self.node
         await self._asgi(scope, receive, send)
 

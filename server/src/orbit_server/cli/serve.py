@@ -21,7 +21,7 @@ from orbit_server.api.http_protocol import http_protocol
 from orbit_server.audit import Actor
 from orbit_server.bootstrap import SchemaNotCurrent, build_app, build_node, database_for
 from orbit_server.cli.admin import report_error
-from orbit_server.config import Settings
+from orbit_server.config import ServerRole, Settings
 from orbit_server.errors import OrbitError, Unauthenticated
 from orbit_server.gateway.asgi_ws import WorkerWebSocketProtocol
 from orbit_server.governance.keys import ALL_ROLES
@@ -254,6 +254,8 @@ async def serve(node: Node, *, announce_key: str | None = None) -> int:
                 print(f"ORBIT_URL=http://{host}:{port}", flush=True)
             if announce_key is not None:
                 print(f"ORBIT_API_KEY={announce_key}", flush=True)
+                if settings.has_role(ServerRole.CONSOLE):  # orbit dev: where to click
+                    print(f"ORBIT_CONSOLE_URL=http://{host}:{port}/console/", flush=True)
             log.info("listening", url=f"http://{host}:{port}", node=settings.node_id)
         await serving
     finally:

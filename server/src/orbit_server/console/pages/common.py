@@ -1,0 +1,55 @@
+"""What the pages share: the viewer's scope, role checks, list paging."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from litestar import Request
+
+from orbit_server.console.app import viewer_of
+from orbit_server.errors import Forbidden, InvalidRequest
+from orbit_server.governance.keys import Role
+from orbit_server.scope import Scope
+
+PAGE = 50
+
+
+def scope_of(request: Request[Any, Any, Any]) -> Scope:
+    return viewer_of(request).principal.scope
+
+
+def require_operator(request: Request[Any, Any, Any]) -> None:
+    """An action: only an operator key (the HTTP API's rule for the same call)."""
+    viewer_of(request).principal.require(Role.OPERATOR)
+
+
+def require_operations(request: Request[Any, Any, Any]) -> None:
+    """The operators' views: workers, bulk operations, the audit log."""
+    if not viewer_of(request).sees_operations:
+        raise Forbidden("this page needs an API key with the operator or admin role")
+
+
+def next_url(request: Request[Any, Any, Any], cursor: str | None) -> str | None:
+    """The URL of the next page: the same query with ``cursor``."""
+    if not cursor:
+        return None
+    query = {k: v for k, v in request.query_params.items() if k not in ("cursor", "note") and v}
+    return f"{request.url.path}?{urlencode({**query, 'cursor': cursor})}"
+
+
+def text(value: str | None) -> str | None:
+    """A form or query field: None when blank."""
+    if value is None:
+        return None
+    value = value.strip()
+    return value or None
+
+
+def label_of(value: str | None) -> tuple[str, str] | None:
+    if not value:
+        return None
+    name, sep, label = value.partition(":")
+    if not sep or not name:
+        raise InvalidRequest("a label filter reads key:value")
+    return name, label

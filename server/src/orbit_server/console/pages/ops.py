@@ -1,0 +1,195 @@
+"""The operators' views: workers across nodes, bulk operations (filter → dry run → confirm →
+progress) and the audit log."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from litestar import Request, get, post
+from litestar.params import FromPath, FromQuery
+from litestar.response import Redirect, Template
+
+from orbit_server.console.app import PREFIX, back, form, page, viewer_of
+from orbit_server.console.pages.common import (
+    PAGE,
+    label_of,
+    next_url,
+    require_operations,
+    require_operator,
+    scope_of,
+    text,
+)
+from orbit_server.errors import InvalidRequest
+from orbit_server.pulse.bulk_tasks import TASK_ACTIONS, TaskFilter
+from orbit_server.pulse.model import TaskSelection
+from orbit_server.pulse.states import TaskState
+
+ENDED_WITHIN_MS = 3_600_000
+STATES = [str(s) for s in TaskState]
+
+
+@get(f"{PREFIX}/workers", include_in_schema=False)
+async def workers_page(
+    request: Request[Any, Any, Any],
+    queue: FromQuery[str | None] = None,
+    cursor: FromQuery[str | None] = None,
+) -> Template:
+    require_operations(request)
+    node = request.app.state["node"]
+    views = await node.worker_views.list_workers(
+        scope_of(request), queue=text(queue), ended_within_ms=ENDED_WITHIN_MS, limit=PAGE,
+        before=text(cursor),
+    )  # fmt: skip
+    last = views[-1].session_id if len(views) == PAGE else None
+    return page("workers.html", request, workers=views, queue=queue or "",
+                next_url=next_url(request, last))  # fmt: skip
+
+
+@get(f"{PREFIX}/workers/{{session_id:str}}", include_in_schema=False)
+async def worker_page(request: Request[Any, Any, Any], session_id: FromPath[str]) -> Template:
+    require_operations(request)
+    node = request.app.state["node"]
+    view = await node.worker_views.worker(scope_of(request), session_id)
+    return page("worker.html", request, w=view)
+
+
+def _moment(raw: str | None) -> datetime | None:
+    value = text(raw)
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidRequest(f"{value!r} is not a time like 2026-12-03T14:00:00Z") from None
+    if moment.tzinfo is None:
+        raise InvalidRequest("times need a time zone (Z or +01:00)")
+    return moment
+
+
+def _filter(fields: dict[str, str]) -> tuple[TaskFilter, dict[str, Any]]:
+    """The task filter of the bulk form, and the same as the API's ``filter`` document."""
+    state = text(fields.get("state"))
+    if state is not None and state not in STATES:
+        raise InvalidRequest(f"unknown state {state!r}")
+    selection = TaskSelection(
+        queue=text(fields.get("queue")), states=(state,) if state else None,
+        type=text(fields.get("type")), created_from=_moment(fields.get("created_after")),
+        created_to=_moment(fields.get("created_before")),
+        finished_from=_moment(fields.get("finished_after")),
+        finished_to=_moment(fields.get("finished_before")),
+    )  # fmt: skip
+    label = label_of(text(fields.get("label")))
+    error_code = text(fields.get("error_code"))
+    if selection == TaskSelection() and label is None and error_code is None:
+        raise InvalidRequest("give at least one filter field; an empty one matches every task")
+    names = ("queue", "state", "type", "label", "error_code", "created_after", "created_before",
+             "finished_after", "finished_before")  # fmt: skip
+    return TaskFilter(selection, label, error_code), {
+        n: text(fields.get(n)) for n in names if text(fields.get(n))
+    }
+
+
+def _params(action: str, fields: dict[str, str]) -> dict[str, Any]:
+    if action == "cancel":
+        return {"reason": text(fields.get("reason"))}
+    if action == "set_priority":
+        try:
+            return {"priority": int(fields.get("priority", ""))}
+        except ValueError:
+            raise InvalidRequest("set_priority needs a whole number") from None
+    if action == "move_run_at":
+        moment = _moment(fields.get("run_at"))
+        if moment is None:
+            raise InvalidRequest("move_run_at needs a time")
+        return {"run_at": moment.isoformat()}
+    if action == "resolve":
+        if fields.get("outcome") == "succeeded":
+            return {"outcome": "succeeded", "result": None}
+        code = text(fields.get("code")) or "resolved_failed"
+        return {"outcome": "failed", "error": {"code": code, "message": fields.get("message", "")}}
+    return {}
+
+
+@get(f"{PREFIX}/bulk", include_in_schema=False)
+async def bulk_page(request: Request[Any, Any, Any]) -> Template:
+    require_operations(request)
+    node = request.app.state["node"]
+    ops = await node.bulk.list_operations(scope_of(request), before=None, limit=PAGE)
+    return page("bulk.html", request, ops=ops, actions=TASK_ACTIONS, states=STATES,
+                fields={}, plan=None, sample=[])  # fmt: skip
+
+
+@post(f"{PREFIX}/bulk", include_in_schema=False)
+async def bulk_submit(request: Request[Any, Any, Any]) -> Template | Redirect:
+    """First the dry run (the count and a sample, shown with a confirm button), then — with
+    ``confirm`` — the operation itself."""
+    require_operator(request)
+    node = request.app.state["node"]
+    viewer = viewer_of(request)
+    fields = form(request)
+    action = fields.get("action", "")
+    if action not in TASK_ACTIONS:
+        raise InvalidRequest(f"choose one of {', '.join(TASK_ACTIONS)}")
+    what, document = _filter(fields)
+    params = _params(action, fields)
+    scope = viewer.principal.scope
+    if fields.get("confirm") != "yes":
+        plan = await node.bulk.dry_run(scope, what)
+        sample = [await node.tasks.get(scope, task_id) for task_id in plan.sample]
+        ops = await node.bulk.list_operations(scope, before=None, limit=PAGE)
+        return page("bulk.html", request, ops=ops, actions=TASK_ACTIONS, states=STATES,
+                    fields=fields, plan=plan, sample=sample)  # fmt: skip
+    op = await node.bulk.start(scope, action=action, what=what, filter_doc=document,
+                               params=params, actor=viewer.actor)  # fmt: skip
+    return back(f"{PREFIX}/bulk/{op.id}", f"Started: {op.matched} tasks selected.")
+
+
+@get(f"{PREFIX}/bulk/{{op_id:str}}", include_in_schema=False)
+async def bulk_op_page(request: Request[Any, Any, Any], op_id: FromPath[str]) -> Template:
+    require_operations(request)
+    node = request.app.state["node"]
+    op = await node.bulk.get(scope_of(request), op_id)
+    skipped = await node.bulk.items(scope_of(request), op_id, after=-1, limit=100)
+    return page("bulk_op.html", request, op=op,
+                passed=[i for i in skipped if i.state in ("skipped", "failed")])  # fmt: skip
+
+
+@post(f"{PREFIX}/bulk/{{op_id:str}}/cancel", include_in_schema=False, status_code=303)
+async def bulk_cancel(request: Request[Any, Any, Any], op_id: FromPath[str]) -> Redirect:
+    require_operator(request)
+    node = request.app.state["node"]
+    viewer = viewer_of(request)
+    await node.bulk.cancel(viewer.principal.scope, op_id, actor=viewer.actor)
+    return back(f"{PREFIX}/bulk/{op_id}", "Stopped.")
+
+
+@get(f"{PREFIX}/audit", include_in_schema=False)
+async def audit_page(
+    request: Request[Any, Any, Any],
+    actor: FromQuery[str | None] = None,
+    action: FromQuery[str | None] = None,
+    target_kind: FromQuery[str | None] = None,
+    target_id: FromQuery[str | None] = None,
+    cursor: FromQuery[str | None] = None,
+) -> Template:
+    """The audit log, newest first; by object with the index, by actor and action on the page
+    read (a sparse filter may show a short page with a link to the next)."""
+    require_operations(request)
+    node = request.app.state["node"]
+    target = (text(target_kind), text(target_id))
+    records = await node.audit.list(
+        scope_of(request), limit=PAGE, before=text(cursor),
+        target=target if target[0] and target[1] else None,
+    )  # fmt: skip
+    last = records[-1].id if len(records) == PAGE else None
+    shown = [r for r in records if (not text(actor) or r.actor == text(actor))
+             and (not text(action) or r.action.startswith(text(action) or ""))]  # fmt: skip
+    filters = {"actor": actor or "", "action": action or "", "target_kind": target_kind or "",
+               "target_id": target_id or ""}  # fmt: skip
+    return page("audit.html", request, records=shown, filters=filters,
+                next_url=next_url(request, last))  # fmt: skip
+
+
+ROUTES = [workers_page, worker_page, bulk_page, bulk_submit, bulk_op_page, bulk_cancel,
+          audit_page]  # fmt: skip

@@ -1,0 +1,127 @@
+"""Tasks: the list with filters, one task with its attempts, its recovery, and the review inbox
+(every ``needs_review`` task and workflow step)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from litestar import Request, get, post
+from litestar.params import FromPath, FromQuery, QueryParameter
+from litestar.response import Redirect, Template
+
+from orbit_server.console.app import PREFIX, back, form, page, viewer_of
+from orbit_server.console.pages.common import (
+    PAGE,
+    label_of,
+    next_url,
+    require_operator,
+    scope_of,
+    text,
+)
+from orbit_server.errors import InvalidRequest
+from orbit_server.pulse.states import TaskState
+
+STATES = [str(s) for s in TaskState]
+
+
+@get(f"{PREFIX}/tasks", include_in_schema=False)
+async def tasks_page(
+    request: Request[Any, Any, Any],
+    queue: FromQuery[str | None] = None,
+    state_filter: Annotated[str | None, QueryParameter(name="state")] = None,
+    type_filter: Annotated[str | None, QueryParameter(name="type")] = None,
+    label: FromQuery[str | None] = None,
+    cursor: FromQuery[str | None] = None,
+) -> Template:
+    node = request.app.state["node"]
+    state = text(state_filter)
+    if state is not None and state not in STATES:
+        raise InvalidRequest(f"unknown state {state!r}")
+    found, last = await node.tasks.list_tasks(
+        scope_of(request), limit=PAGE, before=text(cursor), queue=text(queue), state=state,
+        type_=text(type_filter), label=label_of(text(label)),
+    )  # fmt: skip
+    filters = {"queue": queue or "", "state": state or "", "type": type_filter or "",
+               "label": label or ""}  # fmt: skip
+    return page("tasks.html", request, tasks=found, filters=filters, states=STATES,
+                next_url=next_url(request, last))  # fmt: skip
+
+
+@get(f"{PREFIX}/tasks/{{task_id:str}}", include_in_schema=False)
+async def task_page(request: Request[Any, Any, Any], task_id: FromPath[str]) -> Template:
+    node = request.app.state["node"]
+    scope = scope_of(request)
+    task = await node.tasks.get(scope, task_id)
+    attempts = await node.tasks.attempts(scope, task_id)
+    unserved = None
+    if task.state == TaskState.PENDING:
+        unserved = await node.worker_views.task_unserved(
+            scope, task.queue, task.type, task.handler_version
+        )
+    return page("task.html", request, task=task, attempts=attempts, unserved=unserved)
+
+
+@post(f"{PREFIX}/tasks/{{task_id:str}}/cancel", include_in_schema=False, status_code=303)
+async def task_cancel(request: Request[Any, Any, Any], task_id: FromPath[str]) -> Redirect:
+    node = request.app.state["node"]
+    viewer = viewer_of(request)
+    reason = text(form(request).get("reason"))
+    await node.tasks.cancel(viewer.principal.scope, task_id, reason=reason, actor=viewer.actor)
+    return back(f"{PREFIX}/tasks/{task_id}", "Cancel requested.")
+
+
+@post(f"{PREFIX}/tasks/{{task_id:str}}/retry", include_in_schema=False, status_code=303)
+async def task_retry(request: Request[Any, Any, Any], task_id: FromPath[str]) -> Redirect:
+    require_operator(request)
+    node = request.app.state["node"]
+    viewer = viewer_of(request)
+    await node.tasks.retry(viewer.principal.scope, task_id, actor=viewer.actor)
+    return back(f"{PREFIX}/tasks/{task_id}", "Retried: a new attempt is pending.")
+
+
+@post(f"{PREFIX}/tasks/{{task_id:str}}/resolve", include_in_schema=False, status_code=303)
+async def task_resolve(request: Request[Any, Any, Any], task_id: FromPath[str]) -> Redirect:
+    require_operator(request)
+    node = request.app.state["node"]
+    viewer = viewer_of(request)
+    fields = form(request)
+    outcome = fields.get("outcome")
+    if outcome not in ("succeeded", "failed"):
+        raise InvalidRequest("choose succeeded or failed")
+    result: Any = None
+    error = None
+    if outcome == "succeeded":
+        raw = text(fields.get("result"))
+        try:
+            result = json.loads(raw) if raw else None
+        except ValueError:
+            raise InvalidRequest("the result is not JSON") from None
+    else:
+        error = {"code": text(fields.get("code")) or "resolved_failed",
+                 "message": fields.get("message", ""), "retryable": False}  # fmt: skip
+    await node.tasks.resolve(
+        viewer.principal.scope, task_id, succeeded=outcome == "succeeded", result=result,
+        error=error, actor=viewer.actor,
+    )  # fmt: skip
+    back_to = text(fields.get("back")) or f"{PREFIX}/tasks/{task_id}"
+    if not back_to.startswith(PREFIX + "/"):
+        back_to = f"{PREFIX}/tasks/{task_id}"
+    return back(back_to, f"Resolved as {outcome}.")
+
+
+@get(f"{PREFIX}/inbox", include_in_schema=False)
+async def inbox_page(request: Request[Any, Any, Any]) -> Template:
+    """Every task and workflow waiting for a person's decision on an unknown outcome."""
+    node = request.app.state["node"]
+    scope = scope_of(request)
+    found, last = await node.tasks.list_tasks(scope, limit=200, state=str(TaskState.NEEDS_REVIEW))
+    flows = await node.workflows.list_workflows(
+        scope, definition=None, state="needs_review", before=None, limit=200
+    )
+    attempts = {t.id: await node.tasks.attempts(scope, t.id) for t in found}
+    return page("inbox.html", request, tasks=found, workflows=flows, attempts=attempts,
+                more=last is not None)  # fmt: skip
+
+
+ROUTES = [tasks_page, task_page, task_cancel, task_retry, task_resolve, inbox_page]

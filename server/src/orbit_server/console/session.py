@@ -1,0 +1,52 @@
+"""Who is signed in to the console, and the CSRF token of their forms.
+
+The API key a person signs in with is kept in an ``HttpOnly``, ``SameSite=Strict`` cookie
+(``Secure`` over HTTPS) and checked on every request as the API checks a bearer key, so a
+revoked key stops working in the console as it does anywhere. It is never written into a
+page or a URL. Each form carries a token derived from the key (an HMAC only its holder and
+the server can compute): a forged request from another site has the cookie but not the token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+
+from orbit_server.audit import Actor
+from orbit_server.governance.keys import Principal, Role
+
+COOKIE = "orbit_console"
+CSRF_FIELD = "csrf"
+_CSRF_LABEL = b"orbit-console-csrf-v1"
+
+
+def csrf_token(key: str) -> str:
+    return hmac.new(key.encode(), _CSRF_LABEL, hashlib.sha256).hexdigest()
+
+
+def csrf_ok(key: str, given: str | None) -> bool:
+    return given is not None and hmac.compare_digest(csrf_token(key), given)
+
+
+@dataclass(frozen=True, slots=True)
+class Viewer:
+    """The signed-in key, what it may do, and its forms' token."""
+
+    principal: Principal
+    csrf: str
+    request_id: str | None = None
+
+    @property
+    def operator(self) -> bool:
+        """May act: pause, cancel, retry, resolve, bulk operations."""
+        return bool(self.principal.roles & {Role.OPERATOR})
+
+    @property
+    def sees_operations(self) -> bool:
+        """May see the operators' views: workers, audit, bulk operations."""
+        return bool(self.principal.roles & {Role.OPERATOR, Role.ADMIN})
+
+    @property
+    def actor(self) -> Actor:
+        return Actor(self.principal.actor, self.request_id)
