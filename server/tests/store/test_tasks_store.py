@@ -430,3 +430,24 @@ async def test_retention_forgets_keys_then_prunes_finished_tasks_with_their_hist
     left = await db.read(lambda tx: task_store.tasks_get_many(tx, ["f1", "f2", "f3", "p1"]))
     assert [t.id for t in left] == ["f3", "p1"]  # f3's event is not processed yet
     assert await db.read(lambda tx: attempt_store.attempt_list(tx, "f1")) == []
+
+
+@pytest.mark.covers("tasks_finished_per_minute")
+async def test_finished_tasks_are_counted_per_minute(db: Database, clock: FakeClock) -> None:
+    start = clock.now()  # on a minute's start
+    await insert(db, *(task(clock, f"t{i}") for i in range(1, 5)), task(clock, "t5", scope=OTHER))
+
+    async def cancel_at(after_s: int, *task_ids: str) -> None:
+        moves = [TaskMove(t, TaskState.PENDING, 0, TaskState.CANCELLED, finished=True)
+                 for t in task_ids]  # fmt: skip
+        at = start + timedelta(seconds=after_s)
+        await db.run(lambda tx: task_store.tasks_end_unstarted(tx, moves, at))
+
+    await cancel_at(-30, "t4")  # before the range asked
+    await cancel_at(5, "t1")
+    await cancel_at(50, "t2")
+    await cancel_at(61, "t3", "t5")
+    counts = await db.read(lambda tx: task_store.tasks_finished_per_minute(tx, SCOPE, start))
+    first = start.strftime("%Y-%m-%d %H:%M")
+    second = (start + timedelta(minutes=1)).strftime("%Y-%m-%d %H:%M")
+    assert counts == {first: 2, second: 1}

@@ -374,6 +374,19 @@ class TaskService:
 
         return await self._db.read(unit)
 
+    async def finished_per_minute(
+        self, scope: Scope, *, minutes: int = 60
+    ) -> list[tuple[datetime, int]]:
+        """Tasks that finished in each of the last ``minutes`` minutes, oldest first (zeros
+        included): a throughput chart."""
+        now = self._clock.now().replace(second=0, microsecond=0)
+        since = now - timedelta(minutes=minutes - 1)
+        counts = await self._db.read(
+            lambda tx: task_store.tasks_finished_per_minute(tx, scope, since)
+        )
+        slots = [since + timedelta(minutes=i) for i in range(minutes)]
+        return [(m, counts.get(m.strftime("%Y-%m-%d %H:%M"), 0)) for m in slots]
+
     async def attempts(self, scope: Scope, task_id: str) -> list[Attempt]:
         async def unit(tx: Tx) -> list[Attempt] | None:
             if await task_store.task_get(tx, scope, task_id) is None:

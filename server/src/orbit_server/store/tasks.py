@@ -601,3 +601,13 @@ async def tasks_prune(tx: Tx, before: datetime, *, limit: int) -> int:
     await attempts_delete_for_tasks(tx, ids)
     await task_events_delete_for_tasks(tx, ids)
     return await tx.execute("tasks_delete", {"task_ids": ids})
+
+
+async def tasks_finished_per_minute(tx: Tx, scope: Scope, since: datetime) -> dict[str, int]:
+    """How many tasks of ``scope`` finished in each minute since ``since``, by
+    ``"YYYY-MM-DD HH:MM"`` (UTC); minutes without any are absent."""
+    rows = await tx.fetch_all(
+        "tasks_finished_per_minute",
+        {"tenant": scope.tenant, "environment": scope.environment, "since": since},
+    )
+    return {str(r["minute"]): int(r["n"]) for r in rows}

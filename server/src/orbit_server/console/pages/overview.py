@@ -30,8 +30,10 @@ async def overview_page(request: Request[Any, Any, Any]) -> Template:
     for view in views:
         for name in totals:
             totals[name] += view.counts.get(name, 0)
+    throughput = await node.tasks.finished_per_minute(scope, minutes=60)
     return page("overview.html", request, queues=views, workers=workers, unserved=per_queue,
                 totals=totals, unserved_total=sum(per_queue.values()),
+                throughput=throughput, peak=max([n for _, n in throughput] + [1]),
                 now=node.clock.now())  # fmt: skip
 
 

@@ -18,3 +18,11 @@ UPDATE JSON_TABLE(:rows_json, '$[*]' COLUMNS (
          result LONGTEXT PATH '$.result')) p
   STRAIGHT_JOIN tasks t ON t.id = p.id
    SET t.result = p.result
+
+-- name: tasks_finished_per_minute
+-- Tasks of a scope that finished since :since, by minute ("YYYY-MM-DD HH:MM"): the console's
+-- throughput chart. A range of the finished-time index, one hour at most.
+SELECT LEFT(CAST(finished_at AS CHAR), 16) AS minute, COUNT(*) AS n
+  FROM tasks {{force_index:tasks_finished}}
+ WHERE finished_at >= :since AND tenant = :tenant AND environment = :environment
+ GROUP BY minute

@@ -15,3 +15,11 @@ UPDATE tasks SET idempotency_key = NULL, request_hash = NULL
 -- name: task_results_set
 -- Run once per result (SQLite has no JSON_TABLE join to update from).
 UPDATE tasks SET result = :result WHERE id = :id
+
+-- name: tasks_finished_per_minute
+-- Tasks of a scope that finished since :since, by minute ("YYYY-MM-DD HH:MM"): the console's
+-- throughput chart. A range of the finished-time index, one hour at most.
+SELECT replace(substr(finished_at, 1, 16), 'T', ' ') AS minute, COUNT(*) AS n
+  FROM tasks {{force_index:tasks_finished}}
+ WHERE finished_at >= :since AND tenant = :tenant AND environment = :environment
+ GROUP BY minute
