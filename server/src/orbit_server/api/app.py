@@ -8,16 +8,14 @@ from typing import Any, Protocol
 from litestar import Litestar, Request
 from litestar.datastructures import State
 from litestar.di import Provide
-from litestar.openapi import OpenAPIConfig
 from litestar.types import Empty
 
-from orbit_server import __version__
 from orbit_server.api.auth import authenticate, authorize
 from orbit_server.api.deps import NODE_KEY, node_of
 from orbit_server.api.errors import handle_exception
 from orbit_server.api.json_body import decode_body
 from orbit_server.api.middleware import OrbitHTTPMiddleware
-from orbit_server.api.openapi import OrbitOperation
+from orbit_server.api.openapi import OrbitOperation, openapi_config
 from orbit_server.api.routes import (
     audit,
     bulk,
@@ -131,12 +129,7 @@ def build_litestar(settings: Settings) -> Litestar:
         guards=[authorize],
         request_class=OrbitRequest,
         state=State({"max_json_depth": settings.max_json_depth}),
-        openapi_config=OpenAPIConfig(
-            title="Orbit",
-            version=__version__,
-            description="Durable tasks (Pulse) and workflows (Weave). See docs/ for the contract.",
-            path="/openapi",
-        ),
+        openapi_config=openapi_config(),
         request_max_body_size=settings.max_body_bytes,
         debug=False,
         logging_config=None,

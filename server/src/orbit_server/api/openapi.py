@@ -1,4 +1,4 @@
-"""What the OpenAPI document says about errors and optional bodies.
+"""What the OpenAPI document says about errors and optional bodies, and where it is served.
 
 Litestar describes a 400 with its own ``{detail, status_code}`` body, lists no other error, and
 marks every request body required. Orbit answers every error in one envelope
@@ -14,10 +14,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from litestar.openapi import OpenAPIConfig
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.plugins import JsonRenderPlugin, YamlRenderPlugin
 from litestar.openapi.spec import OpenAPIHeader, OpenAPIResponse, Operation, RequestBody, Schema
 from litestar.openapi.spec.enums import OpenAPIType
 
+from orbit_server import __version__
+from orbit_server.api.openapi_ui import SwaggerPage
 from orbit_server.api.wire import ErrorEnvelope
 from orbit_server.errors import (
     Forbidden,
@@ -107,3 +111,15 @@ def _admits_null(schema: Any) -> bool:
     ):
         return True
     return any(_admits_null(option) for option in (schema.one_of or schema.any_of or ()))
+
+
+def openapi_config() -> OpenAPIConfig:
+    """The document's metadata and where it is served: ``/openapi/openapi.json`` (and
+    ``.yaml``, ``.yml``), and the docs page at ``/openapi`` (:class:`SwaggerPage`)."""
+    return OpenAPIConfig(
+        title="Orbit",
+        version=__version__,
+        description="Durable tasks (Pulse) and workflows (Weave). See docs/ for the contract.",
+        path="/openapi",
+        render_plugins=[JsonRenderPlugin(), YamlRenderPlugin(), SwaggerPage()],
+    )
