@@ -15,7 +15,7 @@ from orbit_server.api.deps import NODE_KEY, node_of
 from orbit_server.api.errors import handle_exception
 from orbit_server.api.json_body import decode_body
 from orbit_server.api.middleware import OrbitHTTPMiddleware
-from orbit_server.api.openapi import OrbitOperation, openapi_config
+from orbit_server.api.openapi import describe, openapi_config
 from orbit_server.api.routes import (
     audit,
     bulk,
@@ -117,8 +117,8 @@ def build_litestar(settings: Settings) -> Litestar:
     routes = list(HEALTH_ROUTES)
     if settings.has_role(ServerRole.API):
         routes += API_ROUTES
-    for route in routes:  # every route is described as Orbit answers (errors, optional bodies)
-        route.operation_class = OrbitOperation
+    for route in routes:  # every route is described as Orbit answers (errors, bodies, keys)
+        describe(route)
     return Litestar(
         route_handlers=routes,
         dependencies={

@@ -44,11 +44,16 @@ async def _principal_of(connection: ASGIConnection[Any, Any, Any, Any], node: No
     return principal
 
 
+def takes_key(handler: BaseRouteHandler) -> bool:
+    """Whether a route needs a key: it takes a ``principal`` (health and metrics do not)."""
+    return "principal" in handler.parsed_fn_signature.parameters
+
+
 async def authorize(
     connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
 ) -> None:
     """The app's guard: key (401), then the route's roles (403), before the body is read."""
-    if "principal" not in handler.parsed_fn_signature.parameters:
+    if not takes_key(handler):
         return  # health and metrics: no key
     principal = await _principal_of(connection, node_of(connection))
     allowed: tuple[Role, ...] = tuple(handler.opt.get(ROLES, ()))

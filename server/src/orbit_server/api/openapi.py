@@ -1,11 +1,14 @@
-"""What the OpenAPI document says about errors and optional bodies, and where it is served.
+"""How the OpenAPI document describes Orbit (errors, optional bodies, keys), and where it is served.
 
 Litestar describes a 400 with its own ``{detail, status_code}`` body, lists no other error, and
 marks every request body required. Orbit answers every error in one envelope
 (docs/reference/errors.md) and takes some bodies as optional (``JSONBody[X | None] = None``).
 So each route declares the errors it can answer, ``responses=error_responses(...)``, and every
-route is described by :class:`OrbitOperation` (set for all of them in ``app.build_litestar``),
-which drops what Litestar adds on its own.
+route is described by :class:`OrbitOperation` (:func:`describe` sets it for all of them in
+``app.build_litestar``), which drops what Litestar adds on its own.
+
+Every route that takes a key declares the ``bearer`` security scheme (:func:`describe`), so the
+docs page offers to authorize with one.
 """
 
 from __future__ import annotations
@@ -14,13 +17,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from litestar.handlers import HTTPRouteHandler
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.plugins import JsonRenderPlugin, YamlRenderPlugin
-from litestar.openapi.spec import OpenAPIHeader, OpenAPIResponse, Operation, RequestBody, Schema
+from litestar.openapi.spec import (
+    Components,
+    OpenAPIHeader,
+    OpenAPIResponse,
+    Operation,
+    RequestBody,
+    Schema,
+    SecurityScheme,
+)
 from litestar.openapi.spec.enums import OpenAPIType
 
 from orbit_server import __version__
+from orbit_server.api.auth import takes_key
 from orbit_server.api.openapi_ui import SwaggerPage
 from orbit_server.api.wire import ErrorEnvelope
 from orbit_server.errors import (
@@ -113,6 +126,10 @@ def _admits_null(schema: Any) -> bool:
     return any(_admits_null(option) for option in (schema.one_of or schema.any_of or ()))
 
 
+BEARER = "bearer"
+"""The security scheme of Orbit's API keys: ``Authorization: Bearer <key>``."""
+
+
 def openapi_config() -> OpenAPIConfig:
     """The document's metadata and where it is served: ``/openapi/openapi.json`` (and
     ``.yaml``, ``.yml``), and the docs page at ``/openapi`` (:class:`SwaggerPage`)."""
@@ -121,5 +138,22 @@ def openapi_config() -> OpenAPIConfig:
         version=__version__,
         description="Durable tasks (Pulse) and workflows (Weave). See docs/ for the contract.",
         path="/openapi",
+        components=Components(
+            security_schemes={
+                BEARER: SecurityScheme(
+                    type="http",
+                    scheme="bearer",
+                    description="An API key, `ok_<id>_<secret>` (docs/reference/http-api.md).",
+                )
+            }
+        ),
         render_plugins=[JsonRenderPlugin(), YamlRenderPlugin(), SwaggerPage()],
     )
+
+
+def describe(route: HTTPRouteHandler) -> None:
+    """Have ``route`` described as Orbit serves it: by :class:`OrbitOperation`, and with the
+    bearer key when it takes one (as the ``authorize`` guard decides)."""
+    route.operation_class = OrbitOperation
+    if takes_key(route):
+        route.security = [{BEARER: []}]
