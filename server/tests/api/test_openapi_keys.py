@@ -1,4 +1,4 @@
-"""The OpenAPI document names the key every route needs."""
+"""The OpenAPI document names the key every route needs, and each operation after its handler."""
 
 from __future__ import annotations
 
@@ -40,3 +40,17 @@ async def test_an_operation_without_a_key_is_refused_when_it_asks_for_one(
 ) -> None:
     response = await http.request(method, re.sub(r"\{[^}]+\}", "x", path))
     assert (response.status_code == 401) is ("security" in operation), response.text
+
+
+def test_operation_ids_are_unique_and_camel_case() -> None:
+    ids = [operation["operationId"] for _, _, operation in operations()]
+    assert len(ids) == len(set(ids))
+    assert [i for i in ids if not re.fullmatch(r"[a-z][a-zA-Z0-9]*", i)] == []
+    assert {"submitTask", "listTasks", "getQueue", "bulkTasks", "healthz"} <= set(ids)
+
+
+@pytest.mark.parametrize("handler", ROUTES, ids=lambda h: h.handler_name)
+def test_an_operation_id_is_its_handler_name(handler: HTTPRouteHandler) -> None:
+    _, _, operation = handler_operation(handler)
+    snake = re.sub(r"([A-Z])", lambda m: "_" + m[1].lower(), operation["operationId"])
+    assert snake == handler.handler_name

@@ -1,4 +1,4 @@
-"""How the OpenAPI document describes Orbit (errors, optional bodies, keys), and where it is served.
+"""The OpenAPI document: how it describes errors, bodies, keys and operations; where it lives.
 
 Litestar describes a 400 with its own ``{detail, status_code}`` body, lists no other error, and
 marks every request body required. Orbit answers every error in one envelope
@@ -8,7 +8,8 @@ route is described by :class:`OrbitOperation` (:func:`describe` sets it for all 
 ``app.build_litestar``), which drops what Litestar adds on its own.
 
 Every route that takes a key declares the ``bearer`` security scheme (:func:`describe`), so the
-docs page offers to authorize with one.
+docs page offers to authorize with one, and every operation id is its handler's name in
+camelCase (:func:`operation_id`): ``submit_task`` is ``submitTask``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from litestar.openapi.spec import (
     SecurityScheme,
 )
 from litestar.openapi.spec.enums import OpenAPIType
+from litestar.types import Method
 
 from orbit_server import __version__
 from orbit_server.api.auth import takes_key
@@ -147,6 +149,7 @@ def openapi_config() -> OpenAPIConfig:
                 )
             }
         ),
+        operation_id_creator=operation_id,
         render_plugins=[JsonRenderPlugin(), YamlRenderPlugin(), SwaggerPage()],
     )
 
@@ -157,3 +160,11 @@ def describe(route: HTTPRouteHandler) -> None:
     route.operation_class = OrbitOperation
     if takes_key(route):
         route.security = [{BEARER: []}]
+
+
+def operation_id(route: HTTPRouteHandler, method: Method, path: list[Any]) -> str:
+    """The handler's name in camelCase, ``list_tasks`` → ``listTasks``: stable while the
+    handler keeps its name, and unique since every route has its own handler (Litestar refuses
+    a document with two equal ids)."""
+    first, *rest = route.handler_name.split("_")
+    return first + "".join(word.capitalize() for word in rest)
