@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import structlog
 from litestar import Litestar
@@ -237,7 +238,7 @@ def build_app(node: Node, *, litestar: Litestar | None = None) -> OrbitApp:
     console = None
     if node.settings.has_role(ServerRole.CONSOLE):
 
-        def console() -> Litestar:
+        def console() -> Any:
             from orbit_server.console.app import build_console
 
             return build_console(node)

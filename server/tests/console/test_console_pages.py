@@ -65,6 +65,7 @@ async def test_every_page_renders_for_an_operator(console: httpx2.AsyncClient, n
         answer = await console.get(path)
         assert answer.status_code == 200, (path, answer.text[:500])
         assert "<main>" in answer.text
+        assert answer.headers["server-timing"].startswith("app;dur=")
     task_page = (await console.get(f"/console/tasks/{done.task.id}")).text
     assert "No connected worker can take this task" in task_page  # unserved, and why
     missing = await console.get("/console/tasks/01m8zzzzzzzzzzzzzzzzzzzzzz")

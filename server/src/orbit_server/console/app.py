@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -190,7 +191,31 @@ def _engine(engine: JinjaTemplateEngine) -> None:
     env.globals["PREFIX"] = PREFIX
 
 
-def build_console(node: Node) -> Litestar:
+class ServerTiming:
+    """Says in each answer how long the server took to make it (``Server-Timing: app;dur=…``,
+    in milliseconds, up to the answer's first byte): what the console bench reads, and what a
+    browser's developer tools show."""
+
+    def __init__(self, app: Any) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        started = time.perf_counter()
+
+        async def timed(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                took = (time.perf_counter() - started) * 1000
+                headers = [
+                    *message.get("headers", []),
+                    (b"server-timing", f"app;dur={took:.1f}".encode()),
+                ]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self._app(scope, receive, timed)
+
+
+def build_console(node: Node) -> ServerTiming:
     """The console of ``node``: pages, sign-in, static files."""
     from orbit_server.console.pages import ROUTES
 
@@ -198,7 +223,7 @@ def build_console(node: Node) -> Litestar:
         path=f"{PREFIX}/static", directories=[HERE / "static"], opt={PUBLIC: True},
         include_in_schema=False, cache_control=None,
     )  # fmt: skip
-    return Litestar(
+    app = Litestar(
         route_handlers=[sign_in_page, sign_in, sign_out, static, *ROUTES],
         guards=[guard],
         exception_handlers={SignInNeeded: _sign_in_redirect, Exception: _error_page},
@@ -212,3 +237,4 @@ def build_console(node: Node) -> Litestar:
         debug=False,
         logging_config=None,
     )
+    return ServerTiming(app)
