@@ -451,3 +451,16 @@ async def test_finished_tasks_are_counted_per_minute(db: Database, clock: FakeCl
     first = start.strftime("%Y-%m-%d %H:%M")
     second = (start + timedelta(minutes=1)).strftime("%Y-%m-%d %H:%M")
     assert counts == {first: 2, second: 1}
+
+
+@pytest.mark.covers("queue_state_counts_upto")
+async def test_counts_by_state_stop_past_a_bound(db: Database, clock: FakeClock) -> None:
+    await insert(db, *(task(clock, f"t{i}") for i in range(5)), task(clock, "x", queue="other"))
+    counts = await db.read(
+        lambda tx: task_store.queue_state_counts_upto(tx, SCOPE, "emails", ["pending", "failed"], 3)
+    )
+    assert counts == {"pending": 4, "failed": 0}  # 5 pending: counted to 3 + 1 only
+    exact = await db.read(
+        lambda tx: task_store.queue_state_counts_upto(tx, SCOPE, "emails", ["pending"], 10)
+    )
+    assert exact == {"pending": 5}

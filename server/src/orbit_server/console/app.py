@@ -177,6 +177,11 @@ def _duration_ms(ms: int | None) -> str:
     return "" if ms is None else _span(ms / 1000)
 
 
+def _upto(count: int, most: int | None) -> str:
+    """A count that stopped past ``most``: "10,000+"."""
+    return f"{most:,}+" if most is not None and count > most else f"{count:,}"
+
+
 def _json(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, default=str)
 
@@ -187,6 +192,7 @@ def _engine(engine: JinjaTemplateEngine) -> None:
     env.filters["ago"] = _ago
     env.filters["ms"] = _duration_ms
     env.filters["pretty"] = _json
+    env.filters["upto"] = _upto
     env.globals["CSRF_FIELD"] = CSRF_FIELD
     env.globals["PREFIX"] = PREFIX
 

@@ -59,6 +59,7 @@ class QueueView:
     queue: Queue
     counts: dict[str, int]
     oldest_ready_at: datetime | None
+    counted_upto: int | None = None  # counts past this are "at least": more than it
 
 
 @dataclass(frozen=True, slots=True)
@@ -569,17 +570,22 @@ class QueueService:
         self._clock = clock
         self._audit = audit
 
-    async def list_queues(self, scope: Scope, *, limit: int, after: str | None) -> list[QueueView]:
+    async def list_queues(
+        self, scope: Scope, *, limit: int, after: str | None, count_upto: int | None = None
+    ) -> list[QueueView]:
+        """Queues with their counts by state; with ``count_upto``, each count stops past it
+        (a page that must answer fast however many finished tasks a queue keeps)."""
+
         async def unit(tx: Tx) -> list[QueueView]:
             queues = await queue_store.queue_list(tx, scope, limit=limit, after=after or "")
-            return [await self._view(tx, q) for q in queues]
+            return [await self._view(tx, q, count_upto) for q in queues]
 
         return await self._db.read(unit)
 
-    async def get(self, scope: Scope, name: str) -> QueueView:
+    async def get(self, scope: Scope, name: str, *, count_upto: int | None = None) -> QueueView:
         async def unit(tx: Tx) -> QueueView | None:
             queue = await queue_store.queue_get(tx, scope, name)
-            return None if queue is None else await self._view(tx, queue)
+            return None if queue is None else await self._view(tx, queue, count_upto)
 
         found = await self._db.read(unit)
         if found is None:
@@ -587,11 +593,18 @@ class QueueService:
         return found
 
     @staticmethod
-    async def _view(tx: Tx, queue: Queue) -> QueueView:
+    async def _view(tx: Tx, queue: Queue, count_upto: int | None = None) -> QueueView:
+        if count_upto is None:
+            counts = await task_store.queue_state_counts(tx, queue.scope, queue.name)
+        else:
+            counts = await task_store.queue_state_counts_upto(
+                tx, queue.scope, queue.name, [str(s) for s in TaskState], count_upto
+            )
         return QueueView(
             queue=queue,
-            counts=await task_store.queue_state_counts(tx, queue.scope, queue.name),
+            counts=counts,
             oldest_ready_at=await ready_store.queue_oldest_ready_at(tx, queue.scope, queue.name),
+            counted_upto=count_upto,
         )
 
     async def update(

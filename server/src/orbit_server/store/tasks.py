@@ -216,6 +216,21 @@ async def queue_state_counts(tx: Tx, scope: Scope, name: str) -> dict[str, int]:
     return {str(r["state"]): int(r["n"]) for r in rows}
 
 
+async def queue_state_counts_upto(
+    tx: Tx, scope: Scope, name: str, states: Sequence[str], most: int
+) -> dict[str, int]:
+    """How many tasks of a queue are in each of ``states``, each counted up to ``most + 1``
+    (more than ``most``: at least that many)."""
+    counts = {}
+    for state in states:
+        row = await tx.fetch_one(
+            "queue_state_count_upto",
+            {**scope_params(scope), "queue": name, "state": state, "upto": most + 1},
+        )
+        counts[state] = 0 if row is None else int(row["n"])
+    return counts
+
+
 async def queue_pending_keys(tx: Tx, scope: Scope, queue: str) -> list[str]:
     """Every concurrency key with pending tasks in a queue, in key order."""
     rows = await tx.fetch_all("queue_pending_keys", {**scope_params(scope), "queue": queue})

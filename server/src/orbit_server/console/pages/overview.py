@@ -14,13 +14,16 @@ from orbit_server.errors import InvalidRequest
 from orbit_server.pulse.service import QueueSettings
 
 QUEUES_SHOWN = 500
+COUNT_UPTO = 10_000  # counts by state stop here: finished tasks may be millions
 
 
 @get([f"{PREFIX}/", PREFIX], include_in_schema=False)
 async def overview_page(request: Request[Any, Any, Any]) -> Template:
     node = request.app.state["node"]
     scope = scope_of(request)
-    views = await node.queues.list_queues(scope, limit=QUEUES_SHOWN, after=None)
+    views = await node.queues.list_queues(
+        scope, limit=QUEUES_SHOWN, after=None, count_upto=COUNT_UPTO
+    )
     workers = await node.sessions.workers_per_queue(scope)
     unserved = await node.worker_views.unserved(scope)
     per_queue: dict[str, int] = {}
@@ -30,9 +33,10 @@ async def overview_page(request: Request[Any, Any, Any]) -> Template:
     for view in views:
         for name in totals:
             totals[name] += view.counts.get(name, 0)
+    capped = {name: any(v.counts.get(name, 0) > COUNT_UPTO for v in views) for name in totals}
     throughput = await node.tasks.finished_per_minute(scope, minutes=60)
     return page("overview.html", request, queues=views, workers=workers, unserved=per_queue,
-                totals=totals, unserved_total=sum(per_queue.values()),
+                totals=totals, capped=capped, unserved_total=sum(per_queue.values()),
                 throughput=throughput, peak=max([n for _, n in throughput] + [1]),
                 now=node.clock.now())  # fmt: skip
 
@@ -41,7 +45,7 @@ async def overview_page(request: Request[Any, Any, Any]) -> Template:
 async def queue_page(request: Request[Any, Any, Any], name: FromPath[str]) -> Template:
     node = request.app.state["node"]
     scope = scope_of(request)
-    view = await node.queues.get(scope, name)
+    view = await node.queues.get(scope, name, count_upto=COUNT_UPTO)
     workers = (await node.sessions.workers_per_queue(scope)).get(name, 0)
     unserved = await node.worker_views.unserved(scope, queue=name)
     history = []

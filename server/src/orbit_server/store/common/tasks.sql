@@ -6,6 +6,15 @@ SELECT state, COUNT(*) AS n FROM tasks
  WHERE tenant = :tenant AND environment = :environment AND queue = :queue
  GROUP BY state
 
+-- name: queue_state_count_upto
+-- How many tasks of a queue are in one state, counting no further than :most + 1: a bounded
+-- range of the queue-and-state index however many finished tasks the queue keeps.
+SELECT COUNT(*) AS n FROM (
+  SELECT 1 FROM tasks {{force_index:tasks_queue_state}}
+   WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND state = :state
+   LIMIT :upto
+) AS counted
+
 -- name: task_insert
 INSERT INTO tasks (id, tenant, environment, queue, type, state, params, priority, run_at,
                    attempts, max_attempts, initial_backoff_ms, backoff_multiplier, max_backoff_ms,
