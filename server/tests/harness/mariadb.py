@@ -37,10 +37,12 @@ from typing import NamedTuple, Self
 from urllib.parse import quote
 
 __all__ = [
+    "APT_LOCK",
     "DEFAULT_DATABASE",
     "MariaDBServer",
     "ensure_mariadb_binaries",
     "free_port",
+    "parent_death_signal",
 ]
 
 DEFAULT_DATABASE = "orbit_test"
@@ -59,6 +61,9 @@ _MIN_SHM_FREE = 512 * 1024 * 1024
 _SEARCH_DIRS = ("/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/sbin", "/usr/local/bin")
 _APT_PACKAGES = ("mariadb-server", "mariadb-client")
 _PR_SET_PDEATHSIG = 1
+#: The file locked while a harness runs apt-get: one apt-get at a time in a test run (the
+#: browser harness installs its packages too).
+APT_LOCK = Path(tempfile.gettempdir()) / "orbit-apt-get.lock"
 
 _SERVER_OPTIONS = (
     "--bind-address=127.0.0.1",
@@ -116,8 +121,7 @@ def _install_packages() -> None:
         [str(apt_get), "install", "-y", "--no-install-recommends", *_APT_PACKAGES],
     )
     # Several test processes may get here at once; apt-get must not run concurrently.
-    lock_path = Path(tempfile.gettempdir()) / "orbit-mariadb-install.lock"
-    with lock_path.open("a") as lock:
+    with APT_LOCK.open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if _locate_binaries() is not None:
             return
@@ -174,7 +178,7 @@ def free_port() -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def _parent_death_signal() -> Callable[[], None] | None:
+def parent_death_signal() -> Callable[[], None] | None:
     """A preexec function that makes the child get SIGTERM when its parent dies.
 
     This covers what atexit cannot (the test process being killed). The kernel sends the
@@ -494,7 +498,7 @@ class MariaDBServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=_parent_death_signal(),  # noqa: PLW1509 - only calls prctl()
+            preexec_fn=parent_death_signal(),  # noqa: PLW1509 - only calls prctl()
         )
 
     def _log_tail(self) -> str:
