@@ -237,6 +237,8 @@ def test_a_workflow_is_paused_resumed_and_its_graph_follows(
         "the workflow to finish",
     )
     assert step_state("expired") == "not_reached"  # the timeout's way was not taken
+    browser.find_element(By.LINK_TEXT, "every execution").click()
+    shows(browser, "main table", "signal")
     actions = [r["action"] for r in dev.api("GET", "/v1/audit")["items"]
                if r["target_id"] == wf["id"]]  # fmt: skip
     assert "workflow.pause" in actions and "workflow.resume" in actions

@@ -67,7 +67,9 @@ async def test_every_page_renders_for_an_operator(console: httpx2.AsyncClient, n
         assert "<main>" in answer.text
         assert answer.headers["server-timing"].startswith("app;dur=")
     task_page = (await console.get(f"/console/tasks/{done.task.id}")).text
-    assert "No connected worker can take this task" in task_page  # unserved, and why
+    assert "No connected worker can take this task" in task_page
+    missing_steps = await console.get("/console/workflows/wf_nothing/steps")
+    assert missing_steps.status_code == 404  # unserved, and why
     missing = await console.get("/console/tasks/01m8zzzzzzzzzzzzzzzzzzzzzz")
     assert missing.status_code == 404 and "no such task" in missing.text
     assert "Traceback" not in missing.text

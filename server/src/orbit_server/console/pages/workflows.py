@@ -58,6 +58,25 @@ async def workflow_page(request: Request[Any, Any, Any], workflow_id: FromPath[s
                 graph=graph.render(stored.body, latest))  # fmt: skip
 
 
+@get(f"{PREFIX}/workflows/{{workflow_id:str}}/steps", include_in_schema=False)
+async def workflow_steps_page(
+    request: Request[Any, Any, Any],
+    workflow_id: FromPath[str],
+    cursor: FromQuery[str | None] = None,
+) -> Template:
+    """Every step execution, map items and poll rounds too, in the order they began."""
+    node = request.app.state["node"]
+    after = text(cursor)
+    if after is not None and not after.isdigit():
+        raise InvalidRequest("the cursor is not valid")
+    rows = await node.workflows.steps(
+        scope_of(request), workflow_id, after=int(after or -1), limit=PAGE
+    )
+    last = str(rows[-1].seq) if len(rows) == PAGE else None
+    return page("workflow_steps.html", request, workflow_id=workflow_id, rows=rows,
+                next_url=next_url(request, last))  # fmt: skip
+
+
 @get(f"{PREFIX}/definitions/{{name:str}}/{{version:str}}", include_in_schema=False)
 async def definition_page(
     request: Request[Any, Any, Any], name: FromPath[str], version: FromPath[str]
@@ -123,4 +142,4 @@ def _json(raw: str | None) -> Any:
         raise InvalidRequest("that field must be JSON") from None
 
 
-ROUTES = [workflows_page, workflow_page, definition_page, workflow_control]
+ROUTES = [workflows_page, workflow_page, workflow_steps_page, definition_page, workflow_control]
