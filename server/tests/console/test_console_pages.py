@@ -16,6 +16,7 @@ from orbit_server.governance.keys import Role
 from orbit_server.pulse.model import TaskSpec
 from orbit_server.runtime.node import Node
 from tests.conftest import SCOPE, make_key, shared_litestar
+from tests.service.weave_support import body, task
 
 CSRF = re.compile(r'name="csrf" value="([0-9a-f]+)"')
 
@@ -131,3 +132,27 @@ async def test_sign_out_forgets_the_key(console: httpx2.AsyncClient, node: Node)
     out = await console.post("/console/sign-out", data={"csrf": token})
     assert out.status_code == 303 and "Max-Age=0" in out.headers["set-cookie"]
     assert (await console.get("/console/")).status_code == 303
+
+
+async def test_a_bulk_pause_of_workflows_after_its_dry_run(
+    console: httpx2.AsyncClient, node: Node
+) -> None:
+    token = await sign_in(console, await make_key(node, SCOPE, Role.OPERATOR))
+    await node.workflows.publish(SCOPE, body("one", [task("a")]), actor=Actor("test"))
+    ids = set()
+    for _ in range(3):
+        seen, _created = await node.workflows.start(
+            SCOPE, "one", version=None, input_={}, idempotency_key=None
+        )
+        ids.add(seen.workflow.id)
+    fields = {"csrf": token, "action": "pause", "definition": "one", "reason": "incident"}
+    dry = await console.post("/console/bulk/workflows", data=fields)
+    assert dry.status_code == 200 and "<strong>3</strong> workflows match" in dry.text
+    assert {(await node.workflows.get(SCOPE, i)).state for i in ids} == {"running"}
+    run = await console.post("/console/bulk/workflows", data={**fields, "confirm": "yes"})
+    assert run.status_code == 303 and run.headers["location"].startswith("/console/bulk/bulk_")
+    while await node.bulk.step():
+        pass
+    assert {(await node.workflows.get(SCOPE, i)).state for i in ids} == {"paused"}
+    page = await console.get(run.headers["location"].split("?")[0])
+    assert "3 done" in page.text and "s-completed" in page.text

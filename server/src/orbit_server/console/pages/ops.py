@@ -24,9 +24,12 @@ from orbit_server.errors import InvalidRequest
 from orbit_server.pulse.bulk_tasks import TASK_ACTIONS, TaskFilter
 from orbit_server.pulse.model import TaskSelection
 from orbit_server.pulse.states import TaskState
+from orbit_server.weave.bulk import WORKFLOW_ACTIONS, WorkflowFilter
+from orbit_server.weave.states import WorkflowState
 
 ENDED_WITHIN_MS = 3_600_000
 STATES = [str(s) for s in TaskState]
+WORKFLOW_STATES = [str(s) for s in WorkflowState]
 
 
 @get(f"{PREFIX}/workers", include_in_schema=False)
@@ -117,7 +120,8 @@ async def bulk_page(request: Request[Any, Any, Any]) -> Template:
     node = request.app.state["node"]
     ops = await node.bulk.list_operations(scope_of(request), before=None, limit=PAGE)
     return page("bulk.html", request, ops=ops, actions=TASK_ACTIONS, states=STATES,
-                fields={}, plan=None, sample=[])  # fmt: skip
+                fields={}, plan=None, sample=[], wf_fields={}, wf_plan=None,
+                wf_actions=WORKFLOW_ACTIONS, wf_states=WORKFLOW_STATES)  # fmt: skip
 
 
 @post(f"{PREFIX}/bulk", include_in_schema=False)
@@ -139,10 +143,52 @@ async def bulk_submit(request: Request[Any, Any, Any]) -> Template | Redirect:
         sample = [await node.tasks.get(scope, task_id) for task_id in plan.sample]
         ops = await node.bulk.list_operations(scope, before=None, limit=PAGE)
         return page("bulk.html", request, ops=ops, actions=TASK_ACTIONS, states=STATES,
-                    fields=fields, plan=plan, sample=sample)  # fmt: skip
+                    fields=fields, plan=plan, sample=sample, wf_fields={}, wf_plan=None,
+                    wf_actions=WORKFLOW_ACTIONS, wf_states=WORKFLOW_STATES)  # fmt: skip
     op = await node.bulk.start(scope, action=action, what=what, filter_doc=document,
                                params=params, actor=viewer.actor)  # fmt: skip
     return back(f"{PREFIX}/bulk/{op.id}", f"Started: {op.matched} tasks selected.")
+
+
+@post(f"{PREFIX}/bulk/workflows", include_in_schema=False)
+async def bulk_workflows_submit(request: Request[Any, Any, Any]) -> Template | Redirect:
+    """The same for workflows: dry run first, then the operation with ``confirm``."""
+    require_operator(request)
+    node = request.app.state["node"]
+    viewer = viewer_of(request)
+    fields = form(request)
+    action = fields.get("action", "")
+    if action not in WORKFLOW_ACTIONS:
+        raise InvalidRequest(f"choose one of {', '.join(WORKFLOW_ACTIONS)}")
+    state = text(fields.get("state"))
+    definition = text(fields.get("definition"))
+    what = WorkflowFilter(
+        definition=definition, states=(state,) if state else None,
+        created_from=_moment(fields.get("created_after")),
+        created_to=_moment(fields.get("created_before")),
+    )  # fmt: skip
+    if what == WorkflowFilter():
+        raise InvalidRequest("give at least one filter field; an empty one matches everything")
+    if action == "retry_step":
+        step = text(fields.get("step"))
+        if step is None:
+            raise InvalidRequest("retry_step needs the failed step's key")
+        params: dict[str, Any] = {"step": step}
+    else:
+        params = {"reason": text(fields.get("reason"))}
+    scope = viewer.principal.scope
+    if fields.get("confirm") != "yes":
+        plan = await node.bulk.dry_run(scope, what)
+        ops = await node.bulk.list_operations(scope, before=None, limit=PAGE)
+        return page("bulk.html", request, ops=ops, actions=TASK_ACTIONS, states=STATES,
+                    fields={}, plan=None, sample=[], wf_fields=fields, wf_plan=plan,
+                    wf_actions=WORKFLOW_ACTIONS, wf_states=WORKFLOW_STATES)  # fmt: skip
+    document = {k: v for k, v in (("definition", definition), ("state", state),
+                ("created_after", text(fields.get("created_after"))),
+                ("created_before", text(fields.get("created_before")))) if v}  # fmt: skip
+    op = await node.bulk.start(scope, action=action, what=what, filter_doc=document,
+                               params=params, actor=viewer.actor)  # fmt: skip
+    return back(f"{PREFIX}/bulk/{op.id}", f"Started: {op.matched} workflows selected.")
 
 
 @get(f"{PREFIX}/bulk/{{op_id:str}}", include_in_schema=False)
@@ -191,5 +237,6 @@ async def audit_page(
                 next_url=next_url(request, last))  # fmt: skip
 
 
-ROUTES = [workers_page, worker_page, bulk_page, bulk_submit, bulk_op_page, bulk_cancel,
+ROUTES = [workers_page, worker_page, bulk_page, bulk_submit, bulk_workflows_submit, bulk_op_page,
+          bulk_cancel,
           audit_page]  # fmt: skip
