@@ -156,3 +156,26 @@ async def test_a_bulk_pause_of_workflows_after_its_dry_run(
     assert {(await node.workflows.get(SCOPE, i)).state for i in ids} == {"paused"}
     page = await console.get(run.headers["location"].split("?")[0])
     assert "3 done" in page.text and "s-completed" in page.text
+
+
+async def test_a_backfill_is_previewed_before_it_fires(
+    console: httpx2.AsyncClient, node: Node
+) -> None:
+    key = await make_key(node, SCOPE, Role.OPERATOR)
+    token = await sign_in(console, key)
+    created = await console.post(
+        "/v1/schedules", headers={"Authorization": f"Bearer {key}"},
+        json={"name": "hourly", "interval_ms": 3_600_000, "start_at": "2029-12-01T00:00:00Z",
+              "task": {"queue": "reports", "type": "build"}},
+    )  # fmt: skip
+    assert created.status_code == 201, created.text
+    fields = {"csrf": token, "from": "2029-12-01T00:00:00Z", "to": "2029-12-01T10:00:00Z"}
+    preview = await console.post("/console/schedules/hourly/backfill", data=fields)
+    assert preview.status_code == 200
+    assert "<strong>10</strong> slots" in preview.text
+    assert "2029-12-01T00:00:00.000Z" in preview.text
+    assert (await node.schedules.backfills(SCOPE, "hourly", limit=5)) == []  # nothing yet
+    run = await console.post("/console/schedules/hourly/backfill",
+                             data={**fields, "confirm": "yes"})  # fmt: skip
+    assert run.status_code == 303
+    assert len(await node.schedules.backfills(SCOPE, "hourly", limit=5)) == 1

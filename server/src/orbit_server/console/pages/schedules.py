@@ -14,10 +14,13 @@ from litestar.response import Redirect, Template
 from orbit_server.console.app import PREFIX, back, form, page, viewer_of
 from orbit_server.console.pages.common import require_operator, scope_of, text
 from orbit_server.errors import InvalidRequest
+from orbit_server.pulse.schedule_service import compiled, definition_of
+from orbit_server.pulse.schedules import backfill_count, backfill_range, backfill_slots
 
 SHOWN = 500
 PREVIEW = 10
 LEDGER = 100
+BACKFILL_COUNTED = 10_000
 
 
 @get(f"{PREFIX}/schedules", include_in_schema=False)
@@ -34,7 +37,8 @@ async def schedule_page(request: Request[Any, Any, Any], name: FromPath[str]) ->
     view = await node.schedules.get(scope, name, preview_count=PREVIEW)
     fires = await node.schedules.fires(scope, name, before=None, limit=LEDGER)
     backfills = await node.schedules.backfills(scope, name, limit=10)
-    return page("schedule.html", request, view=view, fires=fires, backfills=backfills)
+    return page("schedule.html", request, view=view, fires=fires, backfills=backfills,
+                backfill=None)  # fmt: skip
 
 
 def _moment(raw: str | None, what: FromPath[str]) -> datetime:
@@ -52,7 +56,7 @@ def _moment(raw: str | None, what: FromPath[str]) -> datetime:
       status_code=303)  # fmt: skip
 async def schedule_control(
     request: Request[Any, Any, Any], name: FromPath[str], what: FromPath[str]
-) -> Redirect:
+) -> Redirect | Template:
     require_operator(request)
     node = request.app.state["node"]
     viewer = viewer_of(request)
@@ -71,12 +75,39 @@ async def schedule_control(
     if what == "backfill":
         start = _moment(fields.get("from"), "From")
         end = _moment(fields.get("to"), "To")
+        if end <= start:
+            raise InvalidRequest("the range ends before it begins")
         if fields.get("confirm") != "yes":
-            return back(f"{here}?from={fields.get('from')}&to={fields.get('to')}",
-                        "Check the range below, then confirm.")  # fmt: skip
+            return await _backfill_preview(request, name, start, end, fields)
         await node.schedules.backfill(scope, name, start, end, actor=actor)
         return back(here, "Backfill started: its slots fire in the background.")
     raise InvalidRequest(f"unknown action {what!r}")
+
+
+async def _backfill_preview(
+    request: Request[Any, Any, Any],
+    name: str,
+    start: datetime,
+    end: datetime,
+    fields: dict[str, str],
+) -> Template:
+    """The schedule's page with the slots the backfill would fire (the first ones and how
+    many), and a button to confirm. Slots that already have a task are left alone by it."""
+    node = request.app.state["node"]
+    scope = scope_of(request)
+    view = await node.schedules.get(scope, name, preview_count=PREVIEW)
+    s = view.schedule
+    timing = compiled(definition_of(s), s.created_at)
+    first, last = backfill_range(start, end, start_at=s.start_at, end_at=s.end_at,
+                                 next_fire_at=s.next_fire_at)  # fmt: skip
+    count, exact = backfill_count(timing, first, last, limit=BACKFILL_COUNTED)
+    slots = backfill_slots(timing, first, last, None, budget=PREVIEW)
+    fires = await node.schedules.fires(scope, name, before=None, limit=LEDGER)
+    backfills = await node.schedules.backfills(scope, name, limit=10)
+    preview = {"from": fields.get("from"), "to": fields.get("to"), "count": count,
+               "exact": exact, "slots": slots}  # fmt: skip
+    return page("schedule.html", request, view=view, fires=fires, backfills=backfills,
+                backfill=preview)  # fmt: skip
 
 
 ROUTES = [schedules_page, schedule_page, schedule_control]
