@@ -3,6 +3,7 @@ each task is acted on once, what no longer fits is skipped with why, one audit r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 
 import pytest
@@ -11,8 +12,9 @@ from orbit_server.audit import Actor
 from orbit_server.errors import InvalidRequest, StateConflict
 from orbit_server.pulse.bulk import BulkService
 from orbit_server.pulse.bulk_tasks import TaskBulk, TaskFilter
-from orbit_server.pulse.model import TaskSelection, TaskSpec
+from orbit_server.pulse.model import BulkRecord, Settled, TaskSelection, TaskSpec
 from orbit_server.runtime.node import Node
+from orbit_server.store import Tx
 from tests.conftest import OTHER_TENANT, SCOPE
 
 ACTOR = Actor("key_op")
@@ -120,3 +122,54 @@ async def test_a_cancelled_operation_stops_and_filters_are_bounded(node: Node) -
     with pytest.raises(InvalidRequest, match="more than 10"):
         await bulk.dry_run(SCOPE, what)
     assert (await bulk.dry_run(OTHER_TENANT, what)).matched == 0
+
+
+class Breaking:
+    """A kind whose action fails on the targets named ``bad`` (after writing nothing)."""
+
+    actions = ("poke",)
+
+    def __init__(self, batch: int | None, bad: set[str]) -> None:
+        self.batch = batch
+        self.bad = bad
+        self.done: list[str] = []
+
+    async def apply(
+        self, tx: Tx, op: BulkRecord, items: Sequence[tuple[int, str]]
+    ) -> tuple[list[Settled], None]:
+        for _, target in items:
+            if target in self.bad:
+                raise InvalidRequest("this target cannot be poked")
+        self.done += [target for _, target in items]
+        return [Settled(seq, "done", None) for seq, _ in items], None
+
+
+async def test_a_failing_batch_never_holds_up_the_other_operations(node: Node) -> None:
+    ids = await submit(node, 6)
+    what = TaskFilter(TaskSelection(ids=tuple(ids)))
+    one_by_one = Breaking(1, {sorted(ids)[2]})
+    whole = Breaking(None, {sorted(ids)[0]})
+    bulk = BulkService(node.db, node.clock, node.audit_writer,
+                       {"tasks": TaskBulk(node.clock)}, batch=4)  # fmt: skip
+
+    bulk.register("tasks", whole)
+    broken = await bulk.start(SCOPE, action="poke", what=what, filter_doc={}, params={},
+                              actor=ACTOR)  # fmt: skip
+    bulk.register("tasks", one_by_one)
+    # The first operation's kind is now the one-by-one kind: make a second operation of it.
+    later = await bulk.start(SCOPE, action="poke", what=what, filter_doc={}, params={},
+                             actor=ACTOR)  # fmt: skip
+    bulk.register("tasks", whole)
+    assert await bulk.step() == 1  # the whole batch of the first fails: the operation fails
+    failed = await bulk.get(SCOPE, broken.id)
+    assert (failed.state, failed.done) == ("failed", 0)
+    assert failed.skipped_reasons == {"batch_failed:invalid_request": 4}
+    bulk.register("tasks", one_by_one)
+    while await bulk.step():
+        pass
+    finished = await bulk.get(SCOPE, later.id)
+    assert (finished.state, finished.done, finished.failed) == ("completed", 5, 1)
+    items = await bulk.items(SCOPE, later.id, after=-1, limit=10)
+    assert [(i.target_id, i.reason) for i in items if i.state == "failed"] == [
+        (sorted(ids)[2], "invalid_request")
+    ]

@@ -23,7 +23,7 @@ from tests.store.test_workflows_store import workflow
 
 @pytest.mark.covers(
     "bulk_insert", "bulk_get", "bulk_list", "bulk_next_running", "bulk_items_pending",
-    "bulk_items_settle", "bulk_progress", "bulk_items_list", "bulk_prune",
+    "bulk_items_settle", "bulk_progress", "bulk_items_list", "bulk_prune", "bulk_lock_by_id",
 )  # fmt: skip
 async def test_an_operation_settles_each_frozen_item_once(db: Database, clock: FakeClock) -> None:
     async def create(tx: Tx, op_id: str, targets: list[str]) -> None:
@@ -58,7 +58,7 @@ async def test_an_operation_settles_each_frozen_item_once(db: Database, clock: F
         return op.id, items
 
     assert await db.run(step) == ("bulk_1", [(0, "t1"), (1, "t2")])
-    op = await db.read(lambda tx: bulk_store.bulk_get(tx, SCOPE, "bulk_1", lock=True))
+    op = await db.run(lambda tx: bulk_store.bulk_lock_by_id(tx, "bulk_1"))
     assert op is not None
     assert (op.done, op.skipped, op.skipped_reasons) == (1, 1, {"state_conflict": 1})
     # A settled item is never settled again.

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 
+import structlog
+
 from orbit_server.audit import Actor, AuditWriter
 from orbit_server.clock import Clock
 from orbit_server.errors import (
@@ -41,6 +43,8 @@ from orbit_server.pulse.model import BulkItem, BulkRecord, Settled
 from orbit_server.scope import Scope
 from orbit_server.store import Database, Tx
 from orbit_server.store import bulk as bulk_store
+
+log = structlog.get_logger("orbit.bulk")
 
 BULK_MAX_TARGETS = 100_000  # targets one operation may select
 SAMPLE = 10
@@ -64,6 +68,12 @@ class BulkKind(Protocol):
 
     @property
     def actions(self) -> tuple[str, ...]: ...
+
+    @property
+    def batch(self) -> int | None:
+        """Items per step (None: the service's). 1 for actions that may fail half-way through
+        an item: the step then holds that item alone, and a failure rolls it back whole."""
+        ...
 
     async def apply(
         self, tx: Tx, op: BulkRecord, items: Sequence[tuple[int, str]]
@@ -233,16 +243,24 @@ class BulkService:
 
     async def step(self) -> int:
         """Apply the next batch of the oldest running operation that no other node steps now;
-        answers how many items it settled (0: nothing to do)."""
+        answers how many items it settled (0: nothing to do).
+
+        A batch that fails other than by the database's refusal is rolled back whole; then a
+        one-item batch settles its item ``failed``, and a larger one fails the operation, so
+        that one broken operation never holds up the others."""
+        tried: list[tuple[BulkRecord, list[tuple[int, str]]]] = []
 
         async def unit(tx: Tx) -> tuple[int, AfterCommit | None]:
+            tried.clear()
             op = await bulk_store.bulk_next_running(tx)
             if op is None:
                 return 0, None
             kind = self._kinds.get(op.kind)
             if kind is None:  # a kind this release does not know: leave it to one that does
                 return 0, None
-            items = await bulk_store.bulk_items_pending(tx, op.id, limit=self._batch)
+            size = kind.batch or self._batch
+            items = await bulk_store.bulk_items_pending(tx, op.id, limit=size)
+            tried.append((op, items))
             settled, after = await kind.apply(tx, op, items)
             await bulk_store.bulk_items_settle(tx, op.id, settled)
             counts = Counter(s.state for s in settled)
@@ -251,12 +269,45 @@ class BulkService:
             await bulk_store.bulk_progress(
                 tx, op, done=counts["done"], skipped=counts["skipped"], failed=counts["failed"],
                 skipped_reasons=dict(reasons),
-                state="running" if len(items) == self._batch else "completed",
+                state="running" if len(items) == size else "completed",
                 now=self._clock.now(),
             )  # fmt: skip
             return max(1, len(settled)), after
 
-        settled, after = await self._db.run(unit)
+        try:
+            settled, after = await self._db.run(unit)
+        except TransientError:
+            raise  # the database: the same batch is tried again
+        except Exception as exc:
+            if not tried:
+                raise
+            op, items = tried[0]
+            code = exc.code if isinstance(exc, OrbitError) else "internal"
+            log.warning("bulk operation batch failed", operation=op.id, code=code,
+                        items=len(items), exc_info=not isinstance(exc, OrbitError))  # fmt: skip
+            await self._db.run(lambda tx: self._fail(tx, op.id, items, code))
+            return 1
         if after is not None:
             await after()
         return settled
+
+    async def _fail(self, tx: Tx, op_id: str, items: Sequence[tuple[int, str]], code: str) -> None:
+        """After a failed batch: its one item ``failed``, or the whole operation."""
+        op = await bulk_store.bulk_lock_by_id(tx, op_id)
+        if op is None or op.state != bulk_store.RUNNING:
+            return
+        now = self._clock.now()
+        if len(items) == 1:
+            [(seq, _)] = items
+            await bulk_store.bulk_items_settle(tx, op.id, [Settled(seq, "failed", code)])
+            remaining = await bulk_store.bulk_items_pending(tx, op.id, limit=1)
+            await bulk_store.bulk_progress(
+                tx, op, done=0, skipped=0, failed=1, skipped_reasons=op.skipped_reasons,
+                state="running" if remaining else "completed", now=now,
+            )  # fmt: skip
+        else:
+            await bulk_store.bulk_progress(
+                tx, op, done=0, skipped=0, failed=0,
+                skipped_reasons={**op.skipped_reasons, f"batch_failed:{code}": len(items)},
+                state="failed", now=now,
+            )  # fmt: skip

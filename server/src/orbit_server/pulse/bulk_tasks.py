@@ -66,6 +66,7 @@ class TaskBulk:
     (decision 0019); priority and run time as guarded updates, one task at a time."""
 
     actions = TASK_ACTIONS
+    batch: int | None = None  # a batch's transitions are decided before anything is written
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock

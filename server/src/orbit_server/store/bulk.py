@@ -96,6 +96,12 @@ async def bulk_get(tx: Tx, scope: Scope, op_id: str, *, lock: bool = False) -> B
     return None if row is None else _record(row)
 
 
+async def bulk_lock_by_id(tx: Tx, op_id: str) -> BulkRecord | None:
+    """An operation of any scope, locked (its failed batch is being recorded)."""
+    row = await tx.fetch_one("bulk_lock_by_id", {"id": op_id})
+    return None if row is None else _record(row)
+
+
 async def bulk_list(tx: Tx, scope: Scope, *, before: str, limit: int) -> list[BulkRecord]:
     rows = await tx.fetch_all(
         "bulk_list", {**scope_params(scope), "before": before, "limit": limit}

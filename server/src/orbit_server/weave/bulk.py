@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from orbit_server.errors import NotFound, StateConflict
 from orbit_server.pulse.bulk import AfterCommit, Skip, TooMany, settle
 from orbit_server.pulse.model import BulkRecord, Settled
 from orbit_server.scope import Scope
@@ -53,7 +54,12 @@ class WorkflowFilter:
 
 
 class WorkflowBulk:
+    """One instance per step: an instance's change writes as it goes (a new step's task can
+    meet a full queue last), so an error rolls back that instance alone (and the service
+    settles it ``failed``)."""
+
     actions = WORKFLOW_ACTIONS
+    batch: int | None = 1
 
     def __init__(self, advancement: Advancement) -> None:
         self._advancement = advancement
@@ -67,7 +73,7 @@ class WorkflowBulk:
         for seq, workflow_id in items:
             try:
                 advance = await self._advancement.run_in(tx, op.scope, workflow_id, [event])
-            except Exception as exc:  # settle() raises again what is not the item's
+            except (StateConflict, NotFound) as exc:  # the planner's refusals write nothing
                 settled.append(settle(seq, exc))
                 continue
             advances.append(advance)

@@ -29,6 +29,9 @@ SELECT * FROM bulk_operations WHERE state = :running ORDER BY state, id
 SELECT * FROM bulk_operations WHERE id = :id AND tenant = :tenant AND environment = :environment
    {{for_update}}
 
+-- name: bulk_lock_by_id
+SELECT * FROM bulk_operations WHERE id = :id {{for_update}}
+
 -- name: bulk_items_pending
 SELECT seq, target_id FROM bulk_operation_items
  WHERE operation_id = :id AND state = :pending ORDER BY operation_id, state, seq LIMIT :limit
