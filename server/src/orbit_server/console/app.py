@@ -23,7 +23,14 @@ from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 
 from orbit_server.clock import to_rfc3339
-from orbit_server.console.session import COOKIE, CSRF_FIELD, Viewer, csrf_ok, csrf_token
+from orbit_server.console.session import (
+    COOKIE,
+    CSRF_FIELD,
+    READERS,
+    Viewer,
+    csrf_ok,
+    csrf_token,
+)
 from orbit_server.errors import Forbidden, InvalidRequest, OrbitError, Unauthenticated
 from orbit_server.runtime.node import Node
 
@@ -67,6 +74,8 @@ async def guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRou
         principal = await node_of(connection).keys.authenticate(key)
     except Unauthenticated:
         raise SignInNeeded() from None
+    if not principal.roles & READERS:  # a worker's key reads nothing over the API either
+        raise SignInNeeded()
     request_id = "con_" + secrets.token_hex(8)
     connection.state.viewer = Viewer(principal, csrf_token(key), request_id)
     if isinstance(connection, Request) and connection.method == "POST":
@@ -131,10 +140,14 @@ async def sign_in(request: Request[Any, Any, Any]) -> Response[Any]:
     key = fields.get("key", "").strip()
     target = _safe_next(fields.get("next"))
     try:
-        await node_of(request).keys.authenticate(key)
+        principal = await node_of(request).keys.authenticate(key)
     except Unauthenticated:
         return page("sign_in.html", request, status_code=401, next=target,
                     error="This key is not valid.")  # fmt: skip
+    if not principal.roles & READERS:
+        return page("sign_in.html", request, status_code=403, next=target,
+                    error="This key has none of the roles that read: submitter, operator, "
+                    "admin.")  # fmt: skip
     secure = request.url.scheme == "https"
     cookie = Cookie(key=COOKIE, value=key, httponly=True, samesite="strict", secure=secure,
                     path=PREFIX)  # fmt: skip

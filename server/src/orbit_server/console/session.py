@@ -16,6 +16,12 @@ from dataclasses import dataclass
 from orbit_server.audit import Actor
 from orbit_server.governance.keys import Principal, Role
 
+# Who may do what: the HTTP API's rules for the same calls (api/routes/*).
+READERS = frozenset({Role.SUBMITTER, Role.OPERATOR, Role.ADMIN})  # every page that reads
+WRITERS = frozenset({Role.SUBMITTER, Role.OPERATOR})  # cancel a task, signal a workflow
+CANCELLERS = READERS  # cancel a workflow
+CONTROLLERS = frozenset({Role.OPERATOR, Role.ADMIN})  # pause/resume a workflow, its steps
+
 COOKIE = "orbit_console"
 CSRF_FIELD = "csrf"
 _CSRF_LABEL = b"orbit-console-csrf-v1"
@@ -36,6 +42,19 @@ class Viewer:
     principal: Principal
     csrf: str
     request_id: str | None = None
+
+    def may(self, roles: frozenset[Role]) -> bool:
+        return bool(self.principal.roles & roles)
+
+    @property
+    def writer(self) -> bool:
+        """May cancel tasks and signal workflows."""
+        return self.may(WRITERS)
+
+    @property
+    def controller(self) -> bool:
+        """May pause, resume and recover workflow instances."""
+        return self.may(CONTROLLERS)
 
     @property
     def operator(self) -> bool:

@@ -24,6 +24,11 @@ def require_operator(request: Request[Any, Any, Any]) -> None:
     viewer_of(request).principal.require(Role.OPERATOR)
 
 
+def require(request: Request[Any, Any, Any], roles: frozenset[Role]) -> None:
+    """An action the HTTP API allows to ``roles``."""
+    viewer_of(request).principal.require(*sorted(roles))
+
+
 def require_operations(request: Request[Any, Any, Any]) -> None:
     """The operators' views: workers, bulk operations, the audit log."""
     if not viewer_of(request).sees_operations:
@@ -44,6 +49,14 @@ def text(value: str | None) -> str | None:
         return None
     value = value.strip()
     return value or None
+
+
+def bounded(value: str | None, most: int, what: str) -> str | None:
+    """A text field of at most ``most`` characters (None when blank)."""
+    found = text(value)
+    if found is not None and len(found) > most:
+        raise InvalidRequest(f"{what} has at most {most} characters")
+    return found
 
 
 def label_of(value: str | None) -> tuple[str, str] | None:

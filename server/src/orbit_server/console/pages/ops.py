@@ -13,6 +13,7 @@ from litestar.response import Redirect, Template
 from orbit_server.console.app import PREFIX, back, form, page, viewer_of
 from orbit_server.console.pages.common import (
     PAGE,
+    bounded,
     label_of,
     next_url,
     require_operations,
@@ -95,12 +96,15 @@ def _filter(fields: dict[str, str]) -> tuple[TaskFilter, dict[str, Any]]:
 
 def _params(action: str, fields: dict[str, str]) -> dict[str, Any]:
     if action == "cancel":
-        return {"reason": text(fields.get("reason"))}
+        return {"reason": bounded(fields.get("reason"), 500, "the reason")}
     if action == "set_priority":
         try:
-            return {"priority": int(fields.get("priority", ""))}
+            priority = int(fields.get("priority", ""))
         except ValueError:
             raise InvalidRequest("set_priority needs a whole number") from None
+        if not -1_000_000 <= priority <= 1_000_000:
+            raise InvalidRequest("a priority is between -1,000,000 and 1,000,000")
+        return {"priority": priority}
     if action == "move_run_at":
         moment = _moment(fields.get("run_at"))
         if moment is None:
@@ -109,7 +113,7 @@ def _params(action: str, fields: dict[str, str]) -> dict[str, Any]:
     if action == "resolve":
         if fields.get("outcome") == "succeeded":
             return {"outcome": "succeeded", "result": None}
-        code = text(fields.get("code")) or "resolved_failed"
+        code = bounded(fields.get("code"), 100, "the error code") or "resolved_failed"
         return {"outcome": "failed", "error": {"code": code, "message": fields.get("message", "")}}
     return {}
 
@@ -161,7 +165,9 @@ async def bulk_workflows_submit(request: Request[Any, Any, Any]) -> Template | R
     if action not in WORKFLOW_ACTIONS:
         raise InvalidRequest(f"choose one of {', '.join(WORKFLOW_ACTIONS)}")
     state = text(fields.get("state"))
-    definition = text(fields.get("definition"))
+    if state is not None and state not in WORKFLOW_STATES:
+        raise InvalidRequest(f"unknown state {state!r}")
+    definition = bounded(fields.get("definition"), 128, "the definition")
     what = WorkflowFilter(
         definition=definition, states=(state,) if state else None,
         created_from=_moment(fields.get("created_after")),
@@ -170,12 +176,12 @@ async def bulk_workflows_submit(request: Request[Any, Any, Any]) -> Template | R
     if what == WorkflowFilter():
         raise InvalidRequest("give at least one filter field; an empty one matches everything")
     if action == "retry_step":
-        step = text(fields.get("step"))
+        step = bounded(fields.get("step"), 160, "the step's key")
         if step is None:
             raise InvalidRequest("retry_step needs the failed step's key")
         params: dict[str, Any] = {"step": step}
     else:
-        params = {"reason": text(fields.get("reason"))}
+        params = {"reason": bounded(fields.get("reason"), 500, "the reason")}
     scope = viewer.principal.scope
     if fields.get("confirm") != "yes":
         plan = await node.bulk.dry_run(scope, what)

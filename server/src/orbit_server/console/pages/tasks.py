@@ -13,12 +13,15 @@ from litestar.response import Redirect, Template
 from orbit_server.console.app import PREFIX, back, form, page, viewer_of
 from orbit_server.console.pages.common import (
     PAGE,
+    bounded,
     label_of,
     next_url,
+    require,
     require_operator,
     scope_of,
     text,
 )
+from orbit_server.console.session import WRITERS
 from orbit_server.errors import InvalidRequest
 from orbit_server.pulse.states import TaskState
 
@@ -64,9 +67,10 @@ async def task_page(request: Request[Any, Any, Any], task_id: FromPath[str]) -> 
 
 @post(f"{PREFIX}/tasks/{{task_id:str}}/cancel", include_in_schema=False, status_code=303)
 async def task_cancel(request: Request[Any, Any, Any], task_id: FromPath[str]) -> Redirect:
+    require(request, WRITERS)
     node = request.app.state["node"]
     viewer = viewer_of(request)
-    reason = text(form(request).get("reason"))
+    reason = bounded(form(request).get("reason"), 500, "the reason")
     await node.tasks.cancel(viewer.principal.scope, task_id, reason=reason, actor=viewer.actor)
     return back(f"{PREFIX}/tasks/{task_id}", "Cancel requested.")
 

@@ -13,11 +13,13 @@ from litestar.response import Redirect, Template
 
 from orbit_server.console import graph
 from orbit_server.console.app import PREFIX, back, form, page, viewer_of
-from orbit_server.console.pages.common import PAGE, next_url, require_operator, scope_of, text
+from orbit_server.console.pages.common import PAGE, bounded, next_url, require, scope_of, text
+from orbit_server.console.session import CANCELLERS, CONTROLLERS, WRITERS
 from orbit_server.errors import InvalidRequest
 from orbit_server.weave.states import WorkflowState
 
 STATES = [str(s) for s in WorkflowState]
+MAX_JSON_CHARS = 64 * 1024
 
 
 @get(f"{PREFIX}/workflows", include_in_schema=False)
@@ -97,16 +99,19 @@ async def workflow_control(
     scope, actor = viewer.principal.scope, viewer.actor
     fields = form(request)
     control = node.workflow_control
-    reason = text(fields.get("reason"))
+    reason = bounded(fields.get("reason"), 500, "the reason")
     if what == "signal":
+        require(request, WRITERS)
+        name = bounded(fields.get("name"), 128, "the signal's name")
+        if not name or any(c.isspace() for c in name):
+            raise InvalidRequest("a signal's name has 1 to 128 characters and no spaces")
         payload = _json(fields.get("payload"))
         await node.workflows.signal(
-            scope, workflow_id, name=text(fields.get("name")) or "", payload=payload,
-            idempotency_key=None,
-        )  # fmt: skip
+            scope, workflow_id, name=name, payload=payload, idempotency_key=None
+        )
         return back(f"{PREFIX}/workflows/{workflow_id}", "Signal sent.")
-    require_operator(request)
-    key = text(fields.get("key")) or ""
+    require(request, CANCELLERS if what == "cancel" else CONTROLLERS)
+    key = bounded(fields.get("key"), 160, "the step's key") or ""
     if what == "pause":
         await control.pause(scope, workflow_id, reason=reason, actor=actor)
     elif what == "resume":
@@ -136,6 +141,8 @@ def _json(raw: str | None) -> Any:
     value = text(raw)
     if value is None:
         return None
+    if len(value) > MAX_JSON_CHARS:
+        raise InvalidRequest(f"that field holds at most {MAX_JSON_CHARS} characters")
     try:
         return json.loads(value)
     except ValueError:
