@@ -18,6 +18,7 @@ from typing import Any
 import httpx2
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 
@@ -98,8 +99,17 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
 
 
 def eventually(check: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    """Poll what the browser shows; a part the page swapped while it was read (the live
+    refresh, a navigation) is read again."""
     deadline = time.monotonic() + timeout
-    while not check():
+
+    def holds() -> bool:
+        try:
+            return check()
+        except (StaleElementReferenceException, NoSuchElementException):
+            return False
+
+    while not holds():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.1)
 
@@ -163,7 +173,7 @@ def test_a_failed_task_is_found_retried_and_succeeds(
         screenshot("task")
         (dev.tmp / "fixed").touch()  # the mail server is back
         button(browser, "Retry").click()
-        assert "Retried" in browser.find_element(By.CSS_SELECTOR, ".note").text
+        shows(browser, ".note", "Retried")
 
         def succeeded() -> bool:
             browser.refresh()
@@ -216,7 +226,7 @@ def test_a_workflow_is_paused_resumed_and_its_graph_follows(
         return str(found.get_attribute("data-state"))
 
     eventually(lambda: (browser.refresh() or step_state("wait")) == "waiting", "the wait")
-    assert step_state("done") == "not_reached"
+    eventually(lambda: step_state("done") == "not_reached", "the step not reached yet")
     button(browser, "Pause").click()
     shows(browser, "#wf-state", "paused")
     screenshot("workflow")
@@ -236,7 +246,7 @@ def test_a_workflow_is_paused_resumed_and_its_graph_follows(
         lambda: (browser.refresh() or "succeeded") in browser.find_element(By.ID, "wf-state").text,
         "the workflow to finish",
     )
-    assert step_state("expired") == "not_reached"  # the timeout's way was not taken
+    eventually(lambda: step_state("expired") == "not_reached", "the timeout not taken")
     browser.find_element(By.LINK_TEXT, "every execution").click()
     shows(browser, "main table", "signal")
     actions = [r["action"] for r in dev.api("GET", "/v1/audit")["items"]

@@ -179,3 +179,31 @@ async def test_a_backfill_is_previewed_before_it_fires(
                              data={**fields, "confirm": "yes"})  # fmt: skip
     assert run.status_code == 303
     assert len(await node.schedules.backfills(SCOPE, "hourly", limit=5)) == 1
+
+
+async def test_a_post_from_another_site_is_refused(console: httpx2.AsyncClient, node: Node) -> None:
+    key = await make_key(node, SCOPE, Role.OPERATOR, Role.SUBMITTER)
+    token = await sign_in(console, key)
+    [done] = await node.tasks.submit_many(SCOPE, [TaskSpec(queue="mail", type="send")])
+    path = f"/console/tasks/{done.task.id}/cancel"
+    for headers in ({"sec-fetch-site": "cross-site"}, {"origin": "https://evil.example"},
+                    {"origin": "null"}):  # fmt: skip
+        refused = await console.post(path, data={"csrf": token}, headers=headers)
+        assert refused.status_code == 403, headers
+    assert (await node.tasks.get(SCOPE, done.task.id)).state == "pending"
+    # Signing someone in with an attacker's key from another site (login CSRF): refused too.
+    planted = await console.post("/console/sign-in", data={"key": key},
+                                 headers={"sec-fetch-site": "cross-site"})  # fmt: skip
+    assert planted.status_code == 403 and "set-cookie" not in planted.headers
+    same = await console.post(
+        path,
+        data={"csrf": token},
+        headers={"origin": "http://orbit.test", "sec-fetch-site": "same-origin"},
+    )
+    assert same.status_code == 303
+
+
+async def test_a_worker_key_cannot_sign_in(console: httpx2.AsyncClient, node: Node) -> None:
+    key = await make_key(node, SCOPE, Role.WORKER)
+    refused = await console.post("/console/sign-in", data={"key": key, "next": "/console/"})
+    assert refused.status_code == 403 and "set-cookie" not in refused.headers

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote
 
+import structlog
 from litestar import Litestar, Request, Response, get, post
 from litestar.connection import ASGIConnection
 from litestar.datastructures import Cookie
@@ -33,6 +34,8 @@ from orbit_server.console.session import (
 )
 from orbit_server.errors import Forbidden, InvalidRequest, OrbitError, Unauthenticated
 from orbit_server.runtime.node import Node
+
+log = structlog.get_logger("orbit.console")
 
 HERE = Path(__file__).parent
 PREFIX = "/console"
@@ -62,9 +65,24 @@ async def form_of(request: Request[Any, Any, Any]) -> dict[str, str]:
     return {k: v[0] for k, v in parse_qs(body.decode(), keep_blank_values=True).items()}
 
 
+def _cross_site(connection: ASGIConnection[Any, Any, Any, Any]) -> bool:
+    """A POST that the browser says comes from another site (``Sec-Fetch-Site``), or whose
+    ``Origin`` is not this server: refused, the sign-in form's included."""
+    site = connection.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        return True
+    origin = connection.headers.get("origin")
+    if origin is None or origin == "null":
+        return origin == "null"
+    host = connection.headers.get("host", "")
+    return origin.split("://", 1)[-1] != host
+
+
 async def guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
-    """Every page but sign-in: a usable key in the cookie; every POST: the form's CSRF
-    token (checked before anything changes)."""
+    """Every page but sign-in: a usable key in the cookie; every POST: from this site, with
+    the form's CSRF token (checked before anything changes)."""
+    if isinstance(connection, Request) and connection.method == "POST" and _cross_site(connection):
+        raise Forbidden("this form was not sent by the console")
     if handler.opt.get(PUBLIC):
         return
     key = connection.cookies.get(COOKIE)
@@ -123,6 +141,7 @@ def _error_page(request: Request[Any, Any, Any], exc: Exception) -> Response[Any
     elif isinstance(exc, HTTPException):
         status, code, message = exc.status_code, "invalid_request", str(exc.detail)
     else:
+        log.error("console page failed", path=request.url.path, exc_info=exc)
         status, code, message = 500, "internal", "something went wrong; the server log says what"
     return page("error.html", request, status_code=status, code=code, message=message)
 
@@ -148,7 +167,8 @@ async def sign_in(request: Request[Any, Any, Any]) -> Response[Any]:
         return page("sign_in.html", request, status_code=403, next=target,
                     error="This key has none of the roles that read: submitter, operator, "
                     "admin.")  # fmt: skip
-    secure = request.url.scheme == "https"
+    forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+    secure = request.url.scheme == "https" or forwarded == "https"
     cookie = Cookie(key=COOKIE, value=key, httponly=True, samesite="strict", secure=secure,
                     path=PREFIX)  # fmt: skip
     return Redirect(path=target, status_code=303, cookies=[cookie])

@@ -299,7 +299,7 @@ class Gateway:
         reader = asyncio.create_task(self._read_loop(conn, receive))
         closed = asyncio.create_task(conn.closed.wait())
         close_code: int | None = p.CLOSE_GOING_AWAY
-        reason = "drain"
+        reason = "drain" if self._draining else "lost"  # the writer ended: the socket broke
         try:
             done, _ = await asyncio.wait(
                 {writer, answerer, reader, closed}, return_when=asyncio.FIRST_COMPLETED

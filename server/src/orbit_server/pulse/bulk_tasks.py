@@ -26,6 +26,7 @@ TASK_ACTIONS = ("cancel", "retry", "resolve", "set_priority", "move_run_at")
 SET_WISE = frozenset({"cancel", "retry", "resolve"})  # applied as transitions, a batch at once
 UNSTARTED = (TaskState.SCHEDULED, TaskState.PENDING, TaskState.LEASED)
 SELECT_PAGE = 2000
+SCANNED_MOST = 1_000_000  # rows a label or error-code filter may read to find its tasks
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,12 +50,14 @@ class TaskFilter:
         """The column filters in SQL, by id pages; label and error code on each page."""
         ids: list[str] = []
         after = ""
+        read = 0
         while True:
             page = await bulk_store.tasks_select(
                 tx, scope, self.selection, after=after, limit=SELECT_PAGE
             )
+            read += len(page)
             ids += [t.id for t in page if self.keeps(t)]
-            if len(ids) > cap:
+            if len(ids) > cap or read > SCANNED_MOST:
                 raise TooMany(cap, "by queue, state, type or time")
             if len(page) < SELECT_PAGE:
                 return ids
