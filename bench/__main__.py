@@ -118,6 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     peer.add_argument(
         "--capacity", type=int, action="append", help="total worker capacity (default 8, 256)"
     )
+    con = sub.add_parser(
+        "console", parents=[on_database], help="the operator console's page times, big database"
+    )
+    con.add_argument("--tasks", type=int, default=1_000_000, help="tasks seeded")
+    con.add_argument("--workflows", type=int, default=100_000, help="workflow instances seeded")
+    con.add_argument("--requests", type=int, default=20, help="requests per page, after warm-ups")
     trip = sub.add_parser("trip", help="orbit_server function hops of one workflow trip")
     trip.add_argument("--runs", type=int, default=3, help="runs, each on a fresh server")
     trip.add_argument(
@@ -146,6 +152,7 @@ def _peer_sizes_ok(args: argparse.Namespace) -> bool:
 
 def _run(args: argparse.Namespace) -> int:
     from bench.claim import run_claim_benchmark
+    from bench.console import run_console_suite
     from bench.peer_suite import run_peer_suite
     from bench.suite import (
         run_latency_suite,
@@ -156,6 +163,15 @@ def _run(args: argparse.Namespace) -> int:
     )
 
     allow_tmpfs = args.allow_tmpfs
+    if args.scenario == "console":
+        return run_console_suite(
+            url=args.url,
+            tasks=2000 if args.smoke else args.tasks,
+            workflows=200 if args.smoke else args.workflows,
+            requests=3 if args.smoke else args.requests,
+            out=args.out,
+            allow_tmpfs=allow_tmpfs,
+        )
     if args.scenario == "peer-workload":
         return run_peer_suite(
             url=args.url,

@@ -179,3 +179,21 @@ async def test_the_peer_workload_benchmark_runs_and_reports(
     assert "| raw database |" in text and "| Orbit, capacity 8 |" in text
     assert text.count("| met |") + text.count("| missed |") == 6
     storage_recorded(tmp_path, "peer-workload")
+
+
+async def test_the_console_benchmark_runs_and_reports(
+    mysql_server: MySQLServerForTests, tmp_path: Path
+) -> None:
+    done = await run_bench(mysql_server, tmp_path, "console", timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seeded = reported(done, "console_seeded")
+    assert [s.get("tasks", s.get("workflows")) for s in seeded] == [2000, 200]
+    pages = reported(done, "console_page")
+    assert len(pages) == 17 and {p["page"] for p in pages} >= {"overview", "workflow", "audit log"}
+    for page in pages:
+        assert page["requests"] == 3 and 0 < page["median_ms"] <= page["p95_ms"] <= page["max_ms"]
+        assert page["within"] == (page["max_ms"] <= 300)
+    [report] = sorted(tmp_path.glob("console-*.md"))
+    text = report.read_text()
+    assert "| ≤ 300 ms |" in text and "`/console/inbox`" in text
+    storage_recorded(tmp_path, "console")
