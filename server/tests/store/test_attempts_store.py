@@ -12,8 +12,8 @@ from orbit_server.pulse.model import Attempt, Task
 from orbit_server.pulse.states import AttemptState
 from orbit_server.store import Database, Tx
 from orbit_server.store import attempts as attempt_store
-from orbit_server.store.attempts import AttemptUpdate
-from tests.store.builders import LEASE, task
+from orbit_server.store.attempts import AttemptUpdate, attempts_insert
+from tests.store.builders import LEASE, insert, lease, task
 
 A = AttemptState
 
@@ -98,3 +98,16 @@ async def test_attempts_start_and_end_set_wise_from_the_state_they_are_in(
         (A.RUNNING, None, now, None, later + LEASE),
         (A.SUCCEEDED, "done", later, later, None),
     ]
+
+
+@pytest.mark.covers("attempts_of_tasks")
+async def test_the_attempts_of_many_tasks_come_in_one_read(db: Database, clock: FakeClock) -> None:
+    await insert(db, task(clock, "t1"), task(clock, "t2"), task(clock, "t3"))
+
+    async def leased(tx: Tx) -> None:
+        await attempts_insert(tx, await lease(tx, clock.now(), "t1", "t2"), clock.now())
+
+    await db.run(leased)
+    found = await db.read(lambda tx: attempt_store.attempts_of_tasks(tx, ["t1", "t2", "t3"]))
+    assert {t: [a.number for a in rows] for t, rows in found.items()} == {"t1": [1], "t2": [1]}
+    assert await db.read(lambda tx: attempt_store.attempts_of_tasks(tx, [])) == {}

@@ -211,7 +211,7 @@ def _duration_ms(ms: int | None) -> str:
 
 
 def _upto(count: int, most: int | None) -> str:
-    """A count that stopped past ``most``: "10,000+"."""
+    """A count that stopped past ``most``: "1,000+"."""
     return f"{most:,}+" if most is not None and count > most else f"{count:,}"
 
 

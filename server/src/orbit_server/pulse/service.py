@@ -388,6 +388,18 @@ class TaskService:
         slots = [since + timedelta(minutes=i) for i in range(minutes)]
         return [(m, counts.get(m.strftime("%Y-%m-%d %H:%M"), 0)) for m in slots]
 
+    async def attempts_of_many(
+        self, scope: Scope, task_ids: Sequence[str]
+    ) -> dict[str, list[Attempt]]:
+        """The attempts of these tasks of ``scope``, in one read (a list's page)."""
+
+        async def unit(tx: Tx) -> dict[str, list[Attempt]]:
+            tasks = await task_store.tasks_get_many(tx, task_ids)
+            mine = [t.id for t in tasks if t.scope == scope]
+            return await attempt_store.attempts_of_tasks(tx, mine)
+
+        return await self._db.read(unit)
+
     async def attempts(self, scope: Scope, task_id: str) -> list[Attempt]:
         async def unit(tx: Tx) -> list[Attempt] | None:
             if await task_store.task_get(tx, scope, task_id) is None:

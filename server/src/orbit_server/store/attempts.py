@@ -123,6 +123,16 @@ async def attempts_start_and_end_many(
     )
 
 
+async def attempts_of_tasks(tx: Tx, task_ids: Sequence[str]) -> dict[str, list[Attempt]]:
+    """The attempts of each of these tasks, in order (tasks without any are absent)."""
+    found: dict[str, list[Attempt]] = {}
+    if task_ids:
+        for row in await tx.fetch_all("attempts_of_tasks", {"task_ids": list(task_ids)}):
+            attempt = attempt_from_row(row)
+            found.setdefault(attempt.task_id, []).append(attempt)
+    return found
+
+
 async def attempt_get(tx: Tx, task_id: str, number: int) -> Attempt | None:
     rows = await tx.fetch_all("attempt_get", {"task_id": task_id, "number": number})
     return attempt_from_row(rows[0]) if rows else None

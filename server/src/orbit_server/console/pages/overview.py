@@ -14,7 +14,7 @@ from orbit_server.errors import InvalidRequest
 from orbit_server.pulse.service import QueueSettings
 
 QUEUES_SHOWN = 500
-COUNT_UPTO = 10_000  # counts by state stop here: finished tasks may be millions
+COUNT_UPTO = 1_000  # counts by state stop here: finished tasks may be millions
 
 
 @get([f"{PREFIX}/", PREFIX], include_in_schema=False)

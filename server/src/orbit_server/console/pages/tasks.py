@@ -26,6 +26,7 @@ from orbit_server.errors import InvalidRequest
 from orbit_server.pulse.states import TaskState
 
 STATES = [str(s) for s in TaskState]
+INBOX_SHOWN = 100
 
 
 @get(f"{PREFIX}/tasks", include_in_schema=False)
@@ -123,7 +124,7 @@ async def inbox_page(request: Request[Any, Any, Any]) -> Template:
     flows = await node.workflows.list_workflows(
         scope, definition=None, state="needs_review", before=None, limit=200
     )
-    attempts = {t.id: await node.tasks.attempts(scope, t.id) for t in found}
+    attempts = await node.tasks.attempts_of_many(scope, [t.id for t in found])
     return page("inbox.html", request, tasks=found, workflows=flows, attempts=attempts,
                 more=last is not None)  # fmt: skip
 

@@ -5,6 +5,11 @@ SELECT task_id, number, state, cause, worker_id, session_id, node, leased_at, st
        ended_at, lease_expires_at, error
   FROM task_attempts WHERE task_id = :task_id ORDER BY task_id, number
 
+-- name: attempts_of_tasks
+SELECT task_id, number, state, cause, worker_id, session_id, node, leased_at, started_at,
+       ended_at, lease_expires_at, error
+  FROM task_attempts WHERE task_id IN (:task_ids) ORDER BY task_id, number
+
 -- name: attempts_delete_for_tasks
 DELETE FROM task_attempts WHERE task_id IN (:task_ids)
 

@@ -56,7 +56,9 @@ SELECT * FROM tasks WHERE tenant = :tenant AND environment = :environment AND id
  ORDER BY id DESC LIMIT :limit
 
 -- name: task_list_by_state
-SELECT * FROM tasks
+-- The state index, named: MariaDB otherwise walks the primary key back from :before and reads
+-- row after row of other states (the needs_review inbox of a million tasks: 0.25 s against 11 ms).
+SELECT * FROM tasks {{force_index:tasks_state}}
  WHERE tenant = :tenant AND environment = :environment AND state = :state AND id < :before
  ORDER BY id DESC LIMIT :limit
 
