@@ -90,6 +90,10 @@ async def test_an_operator_acts_and_every_action_needs_its_csrf_token(
     assert wrong.status_code == 403
     cancelled = await console.post(path, data={"csrf": token, "reason": "by hand"})
     assert cancelled.status_code == 303
+    landed = await console.get(cancelled.headers["location"])
+    assert "Cancel requested." in landed.text  # the note, signed for this key
+    forged_note = await console.get("/console/?note=Call+0800+now&sig=00")
+    assert "Call 0800 now" not in forged_note.text  # a link cannot put words on a page
     assert (await node.tasks.get(SCOPE, done.task.id)).state == "cancelled"
     retried = await console.post(f"/console/tasks/{done.task.id}/retry", data={"csrf": token})
     assert retried.status_code == 303

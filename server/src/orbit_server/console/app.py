@@ -3,6 +3,8 @@ and the vendored static files. Pages live in :mod:`orbit_server.console.pages`."
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import secrets
 import time
@@ -117,15 +119,31 @@ def page(
         template_name=name,
         status_code=status_code,
         context={"viewer": getattr(request.state, "viewer", None), "path": request.url.path,
-                 "note": request.query_params.get("note"), **context},
+                 "note": _note(request), **context},
     )  # fmt: skip
 
 
-def back(to: str, note: str | None = None) -> Redirect:
-    """After a POST: see the result on a page (POST-redirect-GET), with a note on it."""
+def back(request: Request[Any, Any, Any], to: str, note: str | None = None) -> Redirect:
+    """After a POST: see the result on a page (POST-redirect-GET), with a note on it. The
+    note is signed for the signed-in key, so a link from elsewhere cannot put words on a
+    console page."""
     if note:
-        to += ("&" if "?" in to else "?") + "note=" + quote(note)
+        signed = note_signature(viewer_of(request).csrf, note)
+        to += ("&" if "?" in to else "?") + f"note={quote(note)}&sig={signed}"
     return Redirect(path=to, status_code=303)
+
+
+def note_signature(csrf: str, note: str) -> str:
+    return hmac.new(csrf.encode(), note.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def _note(request: Request[Any, Any, Any]) -> str | None:
+    note = request.query_params.get("note")
+    viewer = getattr(request.state, "viewer", None)
+    if not note or viewer is None:
+        return None
+    given = request.query_params.get("sig") or ""
+    return note if hmac.compare_digest(note_signature(viewer.csrf, note), given) else None
 
 
 def _sign_in_redirect(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:

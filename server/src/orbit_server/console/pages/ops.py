@@ -151,7 +151,7 @@ async def bulk_submit(request: Request[Any, Any, Any]) -> Template | Redirect:
                     wf_actions=WORKFLOW_ACTIONS, wf_states=WORKFLOW_STATES)  # fmt: skip
     op = await node.bulk.start(scope, action=action, what=what, filter_doc=document,
                                params=params, actor=viewer.actor)  # fmt: skip
-    return back(f"{PREFIX}/bulk/{op.id}", f"Started: {op.matched} tasks selected.")
+    return back(request, f"{PREFIX}/bulk/{op.id}", f"Started: {op.matched} tasks selected.")
 
 
 @post(f"{PREFIX}/bulk/workflows", include_in_schema=False)
@@ -194,7 +194,7 @@ async def bulk_workflows_submit(request: Request[Any, Any, Any]) -> Template | R
                 ("created_before", text(fields.get("created_before")))) if v}  # fmt: skip
     op = await node.bulk.start(scope, action=action, what=what, filter_doc=document,
                                params=params, actor=viewer.actor)  # fmt: skip
-    return back(f"{PREFIX}/bulk/{op.id}", f"Started: {op.matched} workflows selected.")
+    return back(request, f"{PREFIX}/bulk/{op.id}", f"Started: {op.matched} workflows selected.")
 
 
 @get(f"{PREFIX}/bulk/{{op_id:str}}", include_in_schema=False)
@@ -213,7 +213,7 @@ async def bulk_cancel(request: Request[Any, Any, Any], op_id: FromPath[str]) -> 
     node = request.app.state["node"]
     viewer = viewer_of(request)
     await node.bulk.cancel(viewer.principal.scope, op_id, actor=viewer.actor)
-    return back(f"{PREFIX}/bulk/{op_id}", "Stopped.")
+    return back(request, f"{PREFIX}/bulk/{op_id}", "Stopped.")
 
 
 @get(f"{PREFIX}/audit", include_in_schema=False)

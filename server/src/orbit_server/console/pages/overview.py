@@ -89,7 +89,7 @@ async def queue_update(request: Request[Any, Any, Any], name: FromPath[str]) -> 
         )  # fmt: skip
         note = "Limits saved."
     await node.queues.update(viewer.principal.scope, name, change, actor=viewer.actor)
-    return back(f"{PREFIX}/queues/{name}", note)
+    return back(request, f"{PREFIX}/queues/{name}", note)
 
 
 ROUTES = [overview_page, queue_page, queue_update]

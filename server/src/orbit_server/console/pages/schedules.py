@@ -65,13 +65,13 @@ async def schedule_control(
     here = f"{PREFIX}/schedules/{name}"
     if what == "pause":
         await node.schedules.pause(scope, name, reason=text(fields.get("reason")), actor=actor)
-        return back(here, "Paused.")
+        return back(request, here, "Paused.")
     if what == "resume":
         await node.schedules.resume(scope, name, actor=actor)
-        return back(here, "Resumed.")
+        return back(request, here, "Resumed.")
     if what == "trigger":
         fired = await node.schedules.trigger(scope, name, actor=actor)
-        return back(here, f"Fired now: task {fired.task_id or '(none)'}.")
+        return back(request, here, f"Fired now: task {fired.task_id or '(none)'}.")
     if what == "backfill":
         start = _moment(fields.get("from"), "From")
         end = _moment(fields.get("to"), "To")
@@ -80,7 +80,7 @@ async def schedule_control(
         if fields.get("confirm") != "yes":
             return await _backfill_preview(request, name, start, end, fields)
         await node.schedules.backfill(scope, name, start, end, actor=actor)
-        return back(here, "Backfill started: its slots fire in the background.")
+        return back(request, here, "Backfill started: its slots fire in the background.")
     raise InvalidRequest(f"unknown action {what!r}")
 
 

@@ -73,7 +73,7 @@ async def task_cancel(request: Request[Any, Any, Any], task_id: FromPath[str]) -
     viewer = viewer_of(request)
     reason = bounded(form(request).get("reason"), 500, "the reason")
     await node.tasks.cancel(viewer.principal.scope, task_id, reason=reason, actor=viewer.actor)
-    return back(f"{PREFIX}/tasks/{task_id}", "Cancel requested.")
+    return back(request, f"{PREFIX}/tasks/{task_id}", "Cancel requested.")
 
 
 @post(f"{PREFIX}/tasks/{{task_id:str}}/retry", include_in_schema=False, status_code=303)
@@ -82,7 +82,7 @@ async def task_retry(request: Request[Any, Any, Any], task_id: FromPath[str]) ->
     node = request.app.state["node"]
     viewer = viewer_of(request)
     await node.tasks.retry(viewer.principal.scope, task_id, actor=viewer.actor)
-    return back(f"{PREFIX}/tasks/{task_id}", "Retried: a new attempt is pending.")
+    return back(request, f"{PREFIX}/tasks/{task_id}", "Retried: a new attempt is pending.")
 
 
 @post(f"{PREFIX}/tasks/{{task_id:str}}/resolve", include_in_schema=False, status_code=303)
@@ -112,7 +112,7 @@ async def task_resolve(request: Request[Any, Any, Any], task_id: FromPath[str]) 
     back_to = text(fields.get("back")) or f"{PREFIX}/tasks/{task_id}"
     if not back_to.startswith(PREFIX + "/"):
         back_to = f"{PREFIX}/tasks/{task_id}"
-    return back(back_to, f"Resolved as {outcome}.")
+    return back(request, back_to, f"Resolved as {outcome}.")
 
 
 @get(f"{PREFIX}/inbox", include_in_schema=False)

@@ -109,7 +109,7 @@ async def workflow_control(
         await node.workflows.signal(
             scope, workflow_id, name=name, payload=payload, idempotency_key=None
         )
-        return back(f"{PREFIX}/workflows/{workflow_id}", "Signal sent.")
+        return back(request, f"{PREFIX}/workflows/{workflow_id}", "Signal sent.")
     require(request, CANCELLERS if what == "cancel" else CONTROLLERS)
     key = bounded(fields.get("key"), 160, "the step's key") or ""
     if what == "pause":
@@ -133,7 +133,9 @@ async def workflow_control(
     else:
         raise InvalidRequest(f"unknown control {what!r}")
     return back(
-        f"{PREFIX}/workflows/{workflow_id}", f"{what.replace('-', ' ').capitalize()}: done."
+        request,
+        f"{PREFIX}/workflows/{workflow_id}",
+        f"{what.replace('-', ' ').capitalize()}: done.",
     )
 
 
