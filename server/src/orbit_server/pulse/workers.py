@@ -12,6 +12,7 @@ still open on a dead node), ``revoked``, ``too_slow``, ``protocol_error``, ``err
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -180,9 +181,8 @@ class WorkerViews:
             attempts = await sstore.session_held_attempts(tx, session_id, limit=HELD_SHOWN)
             counts = await sstore.sessions_held_counts(tx, [session_id])
             view = self._view(record, counts.get(session_id, 0), now)
-            return WorkerView(
-                **{**_fields(view), "attempts": tuple(HeldView(**_fields(a)) for a in attempts)}
-            )
+            held = tuple(HeldView(**dataclasses.asdict(a)) for a in attempts)
+            return dataclasses.replace(view, attempts=held)
 
         found = await self._db.read(unit)
         if found is None:
@@ -246,7 +246,3 @@ async def _servers(
     ]
     keys = await key_store.key_list(tx, scope, limit=KEYS_READ)
     return handlers, [k.queues for k in keys if k.revoked_at is None and WORKER_ROLE in k.roles]
-
-
-def _fields(obj: Any) -> dict[str, Any]:
-    return {name: getattr(obj, name) for name in obj.__slots__}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -13,6 +15,7 @@ from orbit_server.governance.keys import Role
 from orbit_server.scope import Scope
 
 PAGE = 50
+MAX_JSON_CHARS = 64 * 1024
 
 
 def scope_of(request: Request[Any, Any, Any]) -> Scope:
@@ -57,6 +60,33 @@ def bounded(value: str | None, most: int, what: str) -> str | None:
     if found is not None and len(found) > most:
         raise InvalidRequest(f"{what} has at most {most} characters")
     return found
+
+
+def moment(raw: str | None, what: str = "a time") -> datetime | None:
+    """An RFC 3339 time field with its zone (None when blank)."""
+    value = text(raw)
+    if value is None:
+        return None
+    try:
+        found = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidRequest(f"{what} must be a time like 2026-12-03T14:00:00Z") from None
+    if found.tzinfo is None:
+        raise InvalidRequest(f"{what} needs a time zone (Z or +01:00)")
+    return found
+
+
+def json_field(raw: str | None, what: str = "that field") -> Any:
+    """A JSON field of at most ``MAX_JSON_CHARS`` characters (None when blank)."""
+    value = text(raw)
+    if value is None:
+        return None
+    if len(value) > MAX_JSON_CHARS:
+        raise InvalidRequest(f"{what} holds at most {MAX_JSON_CHARS} characters")
+    try:
+        return json.loads(value)
+    except ValueError:
+        raise InvalidRequest(f"{what} must be JSON") from None
 
 
 def label_of(value: str | None) -> tuple[str, str] | None:

@@ -3,7 +3,6 @@ progress) and the audit log."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from litestar import Request, get, post
@@ -15,6 +14,7 @@ from orbit_server.console.pages.common import (
     PAGE,
     bounded,
     label_of,
+    moment,
     next_url,
     require_operations,
     require_operator,
@@ -58,19 +58,6 @@ async def worker_page(request: Request[Any, Any, Any], session_id: FromPath[str]
     return page("worker.html", request, w=view)
 
 
-def _moment(raw: str | None) -> datetime | None:
-    value = text(raw)
-    if value is None:
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise InvalidRequest(f"{value!r} is not a time like 2026-12-03T14:00:00Z") from None
-    if moment.tzinfo is None:
-        raise InvalidRequest("times need a time zone (Z or +01:00)")
-    return moment
-
-
 def _filter(fields: dict[str, str]) -> tuple[TaskFilter, dict[str, Any]]:
     """The task filter of the bulk form, and the same as the API's ``filter`` document."""
     state = text(fields.get("state"))
@@ -78,10 +65,10 @@ def _filter(fields: dict[str, str]) -> tuple[TaskFilter, dict[str, Any]]:
         raise InvalidRequest(f"unknown state {state!r}")
     selection = TaskSelection(
         queue=text(fields.get("queue")), states=(state,) if state else None,
-        type=text(fields.get("type")), created_from=_moment(fields.get("created_after")),
-        created_to=_moment(fields.get("created_before")),
-        finished_from=_moment(fields.get("finished_after")),
-        finished_to=_moment(fields.get("finished_before")),
+        type=text(fields.get("type")), created_from=moment(fields.get("created_after")),
+        created_to=moment(fields.get("created_before")),
+        finished_from=moment(fields.get("finished_after")),
+        finished_to=moment(fields.get("finished_before")),
     )  # fmt: skip
     label = label_of(text(fields.get("label")))
     error_code = text(fields.get("error_code"))
@@ -106,10 +93,10 @@ def _params(action: str, fields: dict[str, str]) -> dict[str, Any]:
             raise InvalidRequest("a priority is between -1,000,000 and 1,000,000")
         return {"priority": priority}
     if action == "move_run_at":
-        moment = _moment(fields.get("run_at"))
-        if moment is None:
+        run_at = moment(fields.get("run_at"))
+        if run_at is None:
             raise InvalidRequest("move_run_at needs a time")
-        return {"run_at": moment.isoformat()}
+        return {"run_at": run_at.isoformat()}
     if action == "resolve":
         if fields.get("outcome") == "succeeded":
             return {"outcome": "succeeded", "result": None}
@@ -170,8 +157,8 @@ async def bulk_workflows_submit(request: Request[Any, Any, Any]) -> Template | R
     definition = bounded(fields.get("definition"), 128, "the definition")
     what = WorkflowFilter(
         definition=definition, states=(state,) if state else None,
-        created_from=_moment(fields.get("created_after")),
-        created_to=_moment(fields.get("created_before")),
+        created_from=moment(fields.get("created_after")),
+        created_to=moment(fields.get("created_before")),
     )  # fmt: skip
     if what == WorkflowFilter():
         raise InvalidRequest("give at least one filter field; an empty one matches everything")

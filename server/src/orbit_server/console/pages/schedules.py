@@ -12,7 +12,7 @@ from litestar.params import FromPath
 from litestar.response import Redirect, Template
 
 from orbit_server.console.app import PREFIX, back, form, page, viewer_of
-from orbit_server.console.pages.common import require_operator, scope_of, text
+from orbit_server.console.pages.common import moment, require_operator, scope_of, text
 from orbit_server.errors import InvalidRequest
 from orbit_server.pulse.schedule_service import compiled, definition_of
 from orbit_server.pulse.schedules import backfill_count, backfill_range, backfill_slots
@@ -41,15 +41,11 @@ async def schedule_page(request: Request[Any, Any, Any], name: FromPath[str]) ->
                 backfill=None)  # fmt: skip
 
 
-def _moment(raw: str | None, what: FromPath[str]) -> datetime:
-    value = text(raw)
-    try:
-        moment = datetime.fromisoformat(value or "")
-    except ValueError:
-        raise InvalidRequest(f"{what} must be a time like 2026-11-01T00:00:00Z") from None
-    if moment.tzinfo is None:
-        raise InvalidRequest(f"{what} needs a time zone (Z or +01:00)")
-    return moment
+def _required_moment(raw: str | None, what: str) -> datetime:
+    found = moment(raw, what)
+    if found is None:
+        raise InvalidRequest(f"{what} is needed")
+    return found
 
 
 @post(f"{PREFIX}/schedules/{{name:str}}/{{what:str}}", include_in_schema=False,
@@ -73,8 +69,8 @@ async def schedule_control(
         fired = await node.schedules.trigger(scope, name, actor=actor)
         return back(request, here, f"Fired now: task {fired.task_id or '(none)'}.")
     if what == "backfill":
-        start = _moment(fields.get("from"), "From")
-        end = _moment(fields.get("to"), "To")
+        start = _required_moment(fields.get("from"), "From")
+        end = _required_moment(fields.get("to"), "To")
         if end <= start:
             raise InvalidRequest("the range ends before it begins")
         if fields.get("confirm") != "yes":

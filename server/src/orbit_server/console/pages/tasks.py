@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from litestar import Request, get, post
@@ -14,6 +13,7 @@ from orbit_server.console.app import PREFIX, back, form, page, viewer_of
 from orbit_server.console.pages.common import (
     PAGE,
     bounded,
+    json_field,
     label_of,
     next_url,
     require,
@@ -97,11 +97,7 @@ async def task_resolve(request: Request[Any, Any, Any], task_id: FromPath[str]) 
     result: Any = None
     error = None
     if outcome == "succeeded":
-        raw = text(fields.get("result"))
-        try:
-            result = json.loads(raw) if raw else None
-        except ValueError:
-            raise InvalidRequest("the result is not JSON") from None
+        result = json_field(fields.get("result"), "the result")
     else:
         error = {"code": text(fields.get("code")) or "resolved_failed",
                  "message": fields.get("message", ""), "retryable": False}  # fmt: skip

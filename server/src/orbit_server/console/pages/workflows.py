@@ -4,7 +4,6 @@ step's retry, skip and resolution); definitions and their versions."""
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from litestar import Request, get, post
@@ -13,13 +12,20 @@ from litestar.response import Redirect, Template
 
 from orbit_server.console import graph
 from orbit_server.console.app import PREFIX, back, form, page, viewer_of
-from orbit_server.console.pages.common import PAGE, bounded, next_url, require, scope_of, text
+from orbit_server.console.pages.common import (
+    PAGE,
+    bounded,
+    json_field,
+    next_url,
+    require,
+    scope_of,
+    text,
+)
 from orbit_server.console.session import CANCELLERS, CONTROLLERS, WRITERS
 from orbit_server.errors import InvalidRequest
 from orbit_server.weave.states import WorkflowState
 
 STATES = [str(s) for s in WorkflowState]
-MAX_JSON_CHARS = 64 * 1024
 
 
 @get(f"{PREFIX}/workflows", include_in_schema=False)
@@ -105,7 +111,7 @@ async def workflow_control(
         name = bounded(fields.get("name"), 128, "the signal's name")
         if not name or any(c.isspace() for c in name):
             raise InvalidRequest("a signal's name has 1 to 128 characters and no spaces")
-        payload = _json(fields.get("payload"))
+        payload = json_field(fields.get("payload"))
         await node.workflows.signal(
             scope, workflow_id, name=name, payload=payload, idempotency_key=None
         )
@@ -121,14 +127,14 @@ async def workflow_control(
     elif what == "retry-step":
         await control.retry_step(scope, workflow_id, key, actor=actor)
     elif what == "skip-step":
-        await control.skip_step(scope, workflow_id, key, output=_json(fields.get("output")),
+        await control.skip_step(scope, workflow_id, key, output=json_field(fields.get("output")),
                                 actor=actor)  # fmt: skip
     elif what == "resolve-step":
         succeeded = fields.get("outcome") == "succeeded"
         error = None if succeeded else {"code": text(fields.get("code")) or "resolved_failed",
                                         "message": fields.get("message", "")}  # fmt: skip
         await control.resolve_step(scope, workflow_id, key, succeeded=succeeded,
-                                   output=_json(fields.get("output")), error=error,
+                                   output=json_field(fields.get("output")), error=error,
                                    actor=actor)  # fmt: skip
     else:
         raise InvalidRequest(f"unknown control {what!r}")
@@ -137,18 +143,6 @@ async def workflow_control(
         f"{PREFIX}/workflows/{workflow_id}",
         f"{what.replace('-', ' ').capitalize()}: done.",
     )
-
-
-def _json(raw: str | None) -> Any:
-    value = text(raw)
-    if value is None:
-        return None
-    if len(value) > MAX_JSON_CHARS:
-        raise InvalidRequest(f"that field holds at most {MAX_JSON_CHARS} characters")
-    try:
-        return json.loads(value)
-    except ValueError:
-        raise InvalidRequest("that field must be JSON") from None
 
 
 ROUTES = [workflows_page, workflow_page, workflow_steps_page, definition_page, workflow_control]
