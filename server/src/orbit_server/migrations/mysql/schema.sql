@@ -115,10 +115,10 @@ CREATE TABLE IF NOT EXISTS tasks (
   KEY tasks_lease (state, lease_expires_at),
   KEY tasks_owner (owner_kind, owner_id),
   KEY tasks_due (due_at),
-  KEY tasks_finished (finished_at),
   KEY tasks_session (held_by),
   KEY tasks_gate (pending_gate),
-  KEY tasks_key (tenant, environment, queue, pending_key, priority DESC, run_at, id, pending_gate)
+  KEY tasks_key (tenant, environment, queue, pending_key, priority DESC, run_at, id, pending_gate),
+  KEY tasks_finished (finished_at, tenant, environment)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE IF NOT EXISTS task_ready (

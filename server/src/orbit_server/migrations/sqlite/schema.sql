@@ -123,7 +123,7 @@ CREATE INDEX IF NOT EXISTS tasks_due ON tasks (due_at);
 
 CREATE INDEX IF NOT EXISTS tasks_lease ON tasks (state, lease_expires_at);
 
-CREATE INDEX IF NOT EXISTS tasks_finished ON tasks (finished_at);
+CREATE INDEX IF NOT EXISTS tasks_finished ON tasks (finished_at, tenant, environment);
 
 CREATE INDEX IF NOT EXISTS tasks_owner ON tasks (owner_kind, owner_id);
 
