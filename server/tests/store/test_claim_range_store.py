@@ -4,6 +4,7 @@ the fairness cursors), on every dialect."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Awaitable
 from datetime import timedelta
 
 import pytest
@@ -208,3 +209,44 @@ async def test_claimable_work_is_grouped_by_queue_type_and_version(
     }
     one = await db.read(lambda tx: ready_store.ready_groups(tx, SCOPE, queue="reports"))
     assert [(g.queue, g.count) for g in one] == [("reports", 1)]
+
+
+@pytest.mark.covers("ready_head_first", "ready_head_next", "ready_count_upto")
+async def test_heads_step_through_types_and_priorities_and_counts_stop(
+    db: Database, clock: FakeClock
+) -> None:
+    rows = []
+    for i in range(6):
+        rows.append(task(clock, f"a{i}", type="b", priority=i % 2,
+                         handler_version=None if i < 4 else "1"))  # fmt: skip
+        clock.advance(1000)
+    rows.append(task(clock, "c1", type="a", priority=-5))
+    rows.append(task(clock, "x1", queue="other"))
+
+    async def fill(tx: Tx) -> None:
+        for row in rows:
+            await ready_store.task_ready_insert(tx, row)
+
+    await db.run(fill)
+    heads = await db.read(lambda tx: ready_store.ready_heads(tx, SCOPE, "emails"))
+    assert [(h.type, h.priority, h.run_at) for h in heads] == [
+        ("a", -5, rows[6].run_at),
+        ("b", 1, rows[1].run_at),
+        ("b", 0, rows[0].run_at),
+    ]
+    assert (
+        await db.read(lambda tx: ready_store.ready_heads(tx, SCOPE, "emails", most=2)) == heads[:2]
+    )
+    assert await db.read(lambda tx: ready_store.ready_heads(tx, OTHER, "emails")) == []
+
+    async def counts(tx: Tx) -> tuple[int, ...]:
+        def upto(n: int, versions: list[str] | None = None) -> Awaitable[int]:
+            return ready_store.ready_count_upto(tx, SCOPE, "emails", "b", upto=n,
+                                                not_versions=versions)  # fmt: skip
+
+        return (
+            await upto(100), await upto(4), await upto(100, ["2"]), await upto(100, ["1"]),
+            await upto(100, []),
+        )  # fmt: skip
+
+    assert await db.read(counts) == (6, 4, 2, 0, 2)

@@ -212,6 +212,39 @@ class WorkerViews:
                 )
         return sorted(found, key=lambda u: (u.oldest_run_at, u.queue, u.type))
 
+    async def unserved_upto(
+        self, scope: Scope, queues: Sequence[str], *, upto: int
+    ) -> dict[str, int]:
+        """Unserved tasks of each of ``queues``, each of its types counted up to ``upto`` (a
+        count past ``upto`` means "more"): index seeks and bounded ranges, where
+        :meth:`unserved` groups every claimable row — for pages that must answer fast however
+        long the backlog."""
+        seen_after = self._clock.now() - self._seen_window
+
+        async def unit(tx: Tx) -> dict[str, int]:
+            handlers, key_queues = await _servers(tx, scope, seen_after)
+            counts: dict[str, int] = {}
+            for queue in queues:
+                total = 0
+                for type_ in dict.fromkeys(
+                    h.type for h in await ready_store.ready_heads(tx, scope, queue)
+                ):
+                    same = [h for h in handlers if h.queue == queue and h.type == type_]
+                    if why_unserved(queue, type_, None, handlers, key_queues) is not None:
+                        offered = None  # nothing takes the type, whatever version a task names
+                    elif any(not h.versions for h in same):
+                        continue  # a handler of any version takes every task of the type
+                    else:
+                        offered = sorted({v for h in same for v in h.versions})
+                    total += await ready_store.ready_count_upto(
+                        tx, scope, queue, type_, upto=upto + 1, not_versions=offered
+                    )
+                if total:
+                    counts[queue] = total
+            return counts
+
+        return await self._db.read(unit)
+
     async def unserved_counts(self, tx: Tx, scopes: Iterable[Scope]) -> dict[tuple[str, str], int]:
         """Unserved tasks of ``scopes`` counted by (queue, reason), in the caller's
         transaction (the metrics sampler's)."""

@@ -17,6 +17,7 @@ from orbit_server.store.base import Tx, chunks, scope_params
 from orbit_server.store.queues import queue_from_row
 
 TYPES_PER_STATEMENT = 200  # types whose outlook one statement reads (SQLite allows 500 parts)
+HEADS_READ = 200  # types and priorities of a queue's claim range that one read steps through
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,10 +150,63 @@ async def ready_exists(tx: Tx, scope: Scope, queue: str) -> bool:
     return await tx.fetch_one("ready_exists", {**scope_params(scope), "queue": queue}) is not None
 
 
+@dataclass(frozen=True, slots=True)
+class ReadyHead:
+    """The first claimable run time of one type and priority of a queue."""
+
+    type: str
+    priority: int
+    run_at: datetime
+
+
+async def ready_heads(
+    tx: Tx, scope: Scope, queue: str, *, most: int = HEADS_READ
+) -> list[ReadyHead]:
+    """Each type and priority of a queue's claim range with its first run time, in index order:
+    one seek each (at most ``most``), however many tasks wait."""
+    base = {**scope_params(scope), "queue": queue}
+    heads: list[ReadyHead] = []
+    row = await tx.fetch_one("ready_head_first", {**base, "after": ""})
+    while row is not None and len(heads) < most:
+        head = ReadyHead(str(row["type"]), int(row["priority"]), row["run_at"])
+        heads.append(head)
+        row = await tx.fetch_one(
+            "ready_head_next", {**base, "type": head.type, "priority": head.priority}
+        )
+        if row is None:
+            row = await tx.fetch_one("ready_head_first", {**base, "after": head.type})
+    return heads
+
+
 async def queue_oldest_ready_at(tx: Tx, scope: Scope, name: str) -> datetime | None:
     """The run time of the longest-waiting task in a queue's claim range (None: it is empty)."""
-    row = await tx.fetch_one("queue_oldest_pending", {**scope_params(scope), "queue": name})
-    return None if row is None else row["oldest_at"]
+    heads = await ready_heads(tx, scope, name)
+    return min((h.run_at for h in heads), default=None)
+
+
+async def ready_count_upto(
+    tx: Tx,
+    scope: Scope,
+    queue: str,
+    type_: str,
+    *,
+    upto: int,
+    not_versions: Sequence[str] | None = None,
+) -> int:
+    """Claimable tasks of a queue's type, counted up to ``upto``; with ``not_versions``, only
+    those that name a handler version not among them."""
+    row = await tx.fetch_one(
+        "ready_count_upto",
+        {
+            **scope_params(scope),
+            "queue": queue,
+            "type": type_,
+            "upto": upto,
+            "any_version": 1 if not_versions is None else 0,
+            "versions": list(not_versions or ()) or [""],
+        },
+    )
+    return 0 if row is None else int(row["n"])
 
 
 async def claim_outlook(

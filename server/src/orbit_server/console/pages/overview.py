@@ -25,10 +25,9 @@ async def overview_page(request: Request[Any, Any, Any]) -> Template:
         scope, limit=QUEUES_SHOWN, after=None, count_upto=COUNT_UPTO
     )
     workers = await node.sessions.workers_per_queue(scope)
-    unserved = await node.worker_views.unserved(scope)
-    per_queue: dict[str, int] = {}
-    for group in unserved:
-        per_queue[group.queue] = per_queue.get(group.queue, 0) + group.pending
+    per_queue = await node.worker_views.unserved_upto(
+        scope, [v.queue.name for v in views if v.queue.pending], upto=COUNT_UPTO
+    )
     totals = {"pending": 0, "running": 0, "failed": 0, "needs_review": 0}
     for view in views:
         for name in totals:
@@ -37,6 +36,7 @@ async def overview_page(request: Request[Any, Any, Any]) -> Template:
     throughput = await node.tasks.finished_per_minute(scope, minutes=60)
     return page("overview.html", request, queues=views, workers=workers, unserved=per_queue,
                 totals=totals, capped=capped, unserved_total=sum(per_queue.values()),
+                unserved_capped=any(n > COUNT_UPTO for n in per_queue.values()),
                 throughput=throughput, peak=max([n for _, n in throughput] + [1]),
                 now=node.clock.now())  # fmt: skip
 

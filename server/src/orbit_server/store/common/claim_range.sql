@@ -2,9 +2,31 @@
 -- same on every dialect but for their {{hints}} (sql.py), unless a dialect's claim_range.sql
 -- has its own text.
 
--- name: queue_oldest_pending
-SELECT MIN(run_at) AS oldest_at FROM task_ready
- WHERE tenant = :tenant AND environment = :environment AND queue = :queue
+-- name: ready_head_first
+-- The first type of a queue's claim range after :after in index order, its highest priority
+-- and that priority's first run time: one seek.
+SELECT type, priority, run_at FROM task_ready {{force_index:task_ready_claim}}
+ WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND type > :after
+ ORDER BY type, priority DESC, run_at LIMIT 1
+
+-- name: ready_head_next
+-- A type's next priority below :priority and its first run time: one seek. Stepping with this
+-- and ready_head_first reads one index entry per type and priority (a loose index scan, which
+-- MariaDB does not do itself on task_ready_claim: its priority is descending) where GROUP BY
+-- reads every row.
+SELECT type, priority, run_at FROM task_ready {{force_index:task_ready_claim}}
+ WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND type = :type
+   AND priority < :priority
+ ORDER BY priority DESC, run_at LIMIT 1
+
+-- name: ready_count_upto
+-- Claimable tasks of a queue's type, counted up to :upto (a bounded range of the claim index);
+-- with :any_version = 0, only those that name a handler version not in :versions.
+SELECT COUNT(*) AS n FROM (
+  SELECT 1 AS one FROM task_ready {{force_index:task_ready_claim}}
+   WHERE tenant = :tenant AND environment = :environment AND queue = :queue AND type = :type
+     AND (:any_version = 1 OR (handler_version IS NOT NULL AND handler_version NOT IN (:versions)))
+   LIMIT :upto) counted
 
 -- name: ready_groups
 -- Claimable work of a scope by queue, type and handler version: what connected workers must be
