@@ -21,6 +21,10 @@ READERS = frozenset({Role.SUBMITTER, Role.OPERATOR, Role.ADMIN})  # every page t
 WRITERS = frozenset({Role.SUBMITTER, Role.OPERATOR})  # cancel a task, signal a workflow
 CANCELLERS = READERS  # cancel a workflow
 CONTROLLERS = frozenset({Role.OPERATOR, Role.ADMIN})  # pause/resume a workflow, its steps
+OPERATORS = frozenset({Role.OPERATOR})  # queues, task retry/resolve, schedules, bulk operations
+OVERSEERS = frozenset({Role.OPERATOR, Role.ADMIN})  # see workers, audit, bulk operations
+# The same sets as the API's routes declare (tests/console/test_console_roles.py holds them
+# together): the console may never allow what the API refuses.
 
 COOKIE = "orbit_console"
 CSRF_FIELD = "csrf"
@@ -59,12 +63,12 @@ class Viewer:
     @property
     def operator(self) -> bool:
         """May act: pause, cancel, retry, resolve, bulk operations."""
-        return bool(self.principal.roles & {Role.OPERATOR})
+        return self.may(OPERATORS)
 
     @property
     def sees_operations(self) -> bool:
         """May see the operators' views: workers, audit, bulk operations."""
-        return bool(self.principal.roles & {Role.OPERATOR, Role.ADMIN})
+        return self.may(OVERSEERS)
 
     @property
     def actor(self) -> Actor:
