@@ -14,7 +14,7 @@ import sys
 from collections.abc import MutableMapping
 from typing import Any
 
-import orjson
+import msgspec
 import structlog
 
 _SECRET_KEYS = re.compile(r"(authorization|api_?key|password|passwd|secret|token|cookie)", re.I)
@@ -61,7 +61,7 @@ def configure_logging(level: str = "info", fmt: str = "console") -> None:
     renderer: Any
     if fmt == "json":
         renderer = structlog.processors.JSONRenderer(
-            serializer=lambda o, **_: orjson.dumps(o, default=str).decode()
+            serializer=lambda o, **_: msgspec.json.encode(o, enc_hook=str).decode()
         )
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=False)
