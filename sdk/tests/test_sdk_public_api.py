@@ -25,6 +25,7 @@ EXPECTED_PUBLIC_NAMES = {
     "NotFoundError",
     "OrbitError",
     "Parallel",
+    "PayloadError",
     "PendingSignal",
     "PermissionDeniedError",
     "ProtocolError",
@@ -39,10 +40,15 @@ EXPECTED_PUBLIC_NAMES = {
     "SchedulePage",
     "ScheduleTask",
     "StateConflictError",
+    "SubmitOptions",
     "Task",
+    "TaskDefaults",
     "TaskError",
+    "TaskFailedError",
+    "TaskHandle",
     "TaskOwner",
     "TaskPage",
+    "TaskRef",
     "TaskRequest",
     "TaskStep",
     "TransientError",
@@ -60,6 +66,7 @@ EXPECTED_PUBLIC_NAMES = {
     "WorkflowStepPage",
     "WorkflowWait",
     "__version__",
+    "task_ref",
 }
 
 

@@ -4,12 +4,14 @@
 and resolve tasks, manage queues, create and run schedules, and publish, start, signal and
 steer workflows, with typed answers (``Task``, ``Attempt``, ``Queue``, ``TaskPage``,
 ``Schedule``, ``ScheduleFire``, ``Backfill``, ``WorkflowInstance``, ...). ``Workflow`` builds
-a workflow definition from Python objects.
+a workflow definition from Python objects. ``task_ref`` (or ``@worker.task``) declares a typed
+task whose submits and results the type checker checks.
 Every failure is an ``OrbitError`` subclass mapped from Orbit's stable error codes. The clients
 never retry on their own.
 """
 
 from orbit_sdk._client import AsyncClient, Client
+from orbit_sdk._codec import PayloadError
 from orbit_sdk._config import ClientConfig, ConfigurationError
 from orbit_sdk._errors import (
     AuthenticationError,
@@ -46,6 +48,14 @@ from orbit_sdk._schedule_models import (
     SchedulePage,
     ScheduleTask,
 )
+from orbit_sdk._typed import (
+    SubmitOptions,
+    TaskDefaults,
+    TaskFailedError,
+    TaskHandle,
+    TaskRef,
+    task_ref,
+)
 from orbit_sdk._workflow import Branch, Parallel, TaskStep, When, Workflow
 from orbit_sdk._workflow_models import (
     PendingSignal,
@@ -77,6 +87,7 @@ __all__ = [
     "NotFoundError",
     "OrbitError",
     "Parallel",
+    "PayloadError",
     "PendingSignal",
     "PermissionDeniedError",
     "ProtocolError",
@@ -91,10 +102,15 @@ __all__ = [
     "SchedulePage",
     "ScheduleTask",
     "StateConflictError",
+    "SubmitOptions",
     "Task",
+    "TaskDefaults",
     "TaskError",
+    "TaskFailedError",
+    "TaskHandle",
     "TaskOwner",
     "TaskPage",
+    "TaskRef",
     "TaskRequest",
     "TaskStep",
     "TransientError",
@@ -112,4 +128,5 @@ __all__ = [
     "WorkflowStepPage",
     "WorkflowWait",
     "__version__",
+    "task_ref",
 ]

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Final, TypeVar, Unpack
 from urllib.parse import urlsplit, urlunsplit
 
 from websockets.asyncio.client import connect
@@ -27,10 +27,12 @@ from websockets.exceptions import InvalidStatus, WebSocketException
 import orbit_sdk
 from orbit_sdk._config import API_KEY_ENV, URL_ENV, ConfigurationError
 from orbit_sdk._redact import protocol_logger
+from orbit_sdk._typed import TaskDefaults, TaskRef
 from orbit_sdk.worker._errors import WorkerError
 from orbit_sdk.worker._registry import HandlerFunc, HandlerRegistry, SideEffect
 from orbit_sdk.worker._runtime import Runtime
 from orbit_sdk.worker._session import Session, SessionEnd
+from orbit_sdk.worker._typed import Implementer, TaskDecorator
 
 __all__ = ["Worker", "worker_urls"]
 
@@ -58,6 +60,8 @@ FATAL_STATUSES: Final = {
 }
 
 F = TypeVar("F", bound=HandlerFunc)
+P = TypeVar("P")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +173,33 @@ class Worker:
             return func
 
         return register
+
+    def task(
+        self,
+        *,
+        queue: str,
+        type: str,
+        version: str | None = None,
+        **defaults: Unpack[TaskDefaults],
+    ) -> TaskDecorator:
+        """Register a typed handler, ``(params: Model[, ctx: TaskContext]) -> Result`` (sync or
+        async), and return its :class:`~orbit_sdk.TaskRef`, typed by its annotations.
+
+        ``defaults`` (``priority``, ``delay_ms``, ``side_effect``, ``retry``, ``timeout_ms``,
+        ``labels``) go with every submit through the reference; ``side_effect`` and
+        ``version`` also register the handler as :meth:`handler` does. Params that do not fit
+        the model fail the attempt without retry (code ``invalid_params``). Submitters that
+        must not import the handler declare the reference with :func:`orbit_sdk.task_ref`
+        instead and the worker uses :meth:`implement`.
+        """
+        return TaskDecorator(
+            self._registry, queue=queue, type=type, version=version, defaults=defaults
+        )
+
+    def implement(self, ref: TaskRef[P, R]) -> Implementer[P, R]:
+        """Register the decorated typed handler for a reference declared with
+        :func:`orbit_sdk.task_ref`; the handler is returned unchanged."""
+        return Implementer(self._registry, ref)
 
     def configure(
         self,
