@@ -14,6 +14,7 @@ import dataclasses
 from typing import Any, Final, Generic, Literal, TypeAlias, TypeVar, cast, is_typeddict
 
 import msgspec
+import msgspec.inspect
 
 from orbit_sdk._errors import OrbitError
 
@@ -87,10 +88,7 @@ class Codec(Generic[T]):
                 f"pydantic model, not {_name(model)}"
             )
         if self.kind != "pydantic":
-            try:
-                msgspec.json.Decoder(model)  # fails now, not at the first task
-            except TypeError as exc:
-                raise TypeError(f"{task}: {_name(model)} cannot be a task's model: {exc}") from exc
+            _check_supported(model, task)
 
     def __repr__(self) -> str:
         return f"Codec({_name(self.model)}, kind={self.kind!r})"
@@ -118,8 +116,10 @@ class Codec(Generic[T]):
 
     def _validate_pydantic(self, value: Any) -> Any:
         try:
-            # model_validate of an instance returns it unchecked, so check its dump instead.
-            data = value.model_dump(mode="json") if isinstance(value, self.model) else value
+            # model_validate of an instance returns it unchecked (model_construct builds one
+            # without checks), so check its dump instead; the check below says what is wrong.
+            is_model = isinstance(value, self.model)
+            data = value.model_dump(mode="json", warnings=False) if is_model else value
             return self.model.model_validate(data)
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
             raise self._error(_first_line(exc)) from exc
@@ -130,6 +130,20 @@ class Codec(Generic[T]):
             f"{self.task}: the {what} not fit {_name(self.model)}: {reason}",
             code=self.code,
             details={"task": self.task, "model": _name(self.model)},
+        )
+
+
+def _check_supported(model: Any, task: str) -> None:
+    """Fail now, not at the first task, for a model JSON cannot carry (msgspec would take an
+    arbitrary class as a custom type and refuse every value at run time)."""
+    try:
+        info = msgspec.inspect.type_info(model)
+    except TypeError as exc:
+        raise TypeError(f"{task}: {_name(model)} cannot be a task's model: {exc}") from exc
+    if isinstance(info, msgspec.inspect.CustomType):
+        raise TypeError(
+            f"{task}: {_name(model)} cannot be a task's model: use a msgspec Struct, a "
+            "dataclass, a TypedDict, a pydantic model or a JSON type"
         )
 
 
