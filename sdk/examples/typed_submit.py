@@ -7,9 +7,11 @@ results; it imports no handler code. Run it while ``typed_worker.py`` runs (``OR
 
 from __future__ import annotations
 
+import asyncio
+
 from typed_defs import AddParams, GreetParams, add, greet
 
-from orbit_sdk import Client, RetryPolicy, TaskFailedError
+from orbit_sdk import AsyncClient, Client, RetryPolicy, TaskFailedError
 
 
 def main() -> None:
@@ -25,6 +27,10 @@ def main() -> None:
         hello = greet.wait(client, greet.submit(client, GreetParams("Ada", excited=True)))
         print("greet", hello["greeting"])
 
+        # Several tasks of one reference in one request (all or nothing).
+        handles = add.submit_many(client, [AddParams(a=n, b=n) for n in range(3)])
+        print("batch", [handle.wait(client, timeout=60).sum for handle in handles])
+
         # A task submitted by name with params that do not fit fails on the worker, at once.
         raw = client.submit("examples", "typed-add", {"a": "two", "b": 3})
         try:
@@ -33,5 +39,12 @@ def main() -> None:
             print("refused", error.code, error.task.attempts)
 
 
+async def main_async() -> None:
+    async with AsyncClient() as client:
+        handle = await add.submit_async(client, AddParams(a=3, b=4))
+        print("async", (await handle.wait_async(client, timeout=60)).sum)
+
+
 if __name__ == "__main__":
     main()
+    asyncio.run(main_async())

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypedDict
 
 import httpx2
@@ -343,3 +346,20 @@ def test_wait_raises_invalid_result_for_a_result_that_does_not_fit(mode: str) ->
         wait(mode, fake, "tsk_1")
 
     assert caught.value.code == "invalid_result"
+
+
+def test_the_model_kinds_example_prints_the_same_params_and_refuses_bad_ones() -> None:
+    """``sdk/examples/typed_models.py``, run as docs/typed-tasks.md says (no server)."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "typed_models.py"
+    done = subprocess.run(
+        [sys.executable, str(example)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:4] == ["{'url': 'a.png', 'width': 64}"] * 4
+    assert lines[4] == (
+        "invalid_params images/resize: the params do not fit ResizeDataclass: "
+        "Expected `int`, got `str` - at `$.width`"
+    )
+    assert lines[5] == "invalid_params {'task': 'images/resize', 'model': 'ResizeModel'}"
+    assert len(lines) == 6

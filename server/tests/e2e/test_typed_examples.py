@@ -63,7 +63,9 @@ def test_the_submitter_gets_typed_results_and_the_worker_refuses_bad_params(
         "add 5 5",  # the sum, and the declared retry policy's max_attempts
         "urgent 42 10",  # the submit's own priority over the default
         "greet Hello, Ada!",
+        "batch [0, 2, 4]",
         "refused invalid_params 1",  # failed at its first attempt, no retry
+        "async 7",
     ]
     assert "adding 2 and 3" in worker.stderr
 
