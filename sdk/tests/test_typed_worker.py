@@ -133,6 +133,7 @@ async def test_worker_task_registers_the_handler_and_returns_its_typed_reference
         assert isinstance(double, TaskRef)
         assert (double.queue, double.type, double.version) == ("q", "double", "3")
         assert (double.params_model, double.result_model) == (AddParams, int)
+        assert repr(double) == "TaskRef('q', 'double', params=AddParams, result=int, version='3')"
         assert double.defaults == {"retry": RetryPolicy(max_attempts=2)}
         assert double.request(AddParams(a=1, b=0)).handler_version == "3"
 

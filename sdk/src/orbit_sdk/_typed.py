@@ -125,7 +125,10 @@ class TaskRef(Generic[P, R]):
 
     def __repr__(self) -> str:
         version = "" if self.version is None else f", version={self.version!r}"
-        return f"TaskRef({self.queue!r}, {self.type!r}, params={self._params!r}{version})"
+        params, result = (
+            getattr(m, "__qualname__", repr(m)) for m in (self.params_model, self.result_model)
+        )
+        return f"TaskRef({self.queue!r}, {self.type!r}, params={params}, result={result}{version})"
 
     @property
     def params_model(self) -> Any:
