@@ -16,6 +16,7 @@ from typing import Any, TypedDict
 
 import httpx2
 import msgspec
+import pydantic
 import pytest
 from fake_orbit import CONFIG, FakeOrbit, ok
 from test_sdk_tasks import task_json
@@ -74,15 +75,10 @@ class Sent(msgspec.Struct, frozen=True):
     to: str
 
 
-def pydantic_params() -> type[Any]:
-    pydantic = pytest.importorskip("pydantic", reason="pydantic is optional for the SDK")
-
-    class PydanticParams(pydantic.BaseModel):  # type: ignore[name-defined,misc]
-        user: int
-        at: datetime
-        tags: list[str] = []
-
-    return PydanticParams
+class PydanticParams(pydantic.BaseModel):
+    user: int
+    at: datetime
+    tags: list[str] = []
 
 
 def make(kind: str) -> tuple[type[Any], Any]:
@@ -93,8 +89,7 @@ def make(kind: str) -> tuple[type[Any], Any]:
         return DataclassParams, DataclassParams(user=7, at=WHEN, tags=("a",))
     if kind == "typeddict":
         return TypedDictParams, TypedDictParams(user=7, at=WHEN, tags=["a"])
-    model = pydantic_params()
-    return model, model(user=7, at=WHEN, tags=["a"])
+    return PydanticParams, PydanticParams(user=7, at=WHEN, tags=["a"])
 
 
 KINDS = ["struct", "dataclass", "typeddict", "pydantic"]
@@ -152,9 +147,8 @@ def test_a_value_built_with_wrong_field_types_is_refused_before_sending(kind: st
 
 
 def test_a_pydantic_instance_is_revalidated_when_encoded() -> None:
-    model = pydantic_params()
-    ref = task_ref(queue="emails", type="send", params=model, result=Sent)
-    unchecked = model.model_construct(user="seven", at=WHEN, tags=[])
+    ref = task_ref(queue="emails", type="send", params=PydanticParams, result=Sent)
+    unchecked = PydanticParams.model_construct(user="seven", at=WHEN, tags=[])
 
     with pytest.raises(PayloadError, match="user") as caught:
         ref.encode_params(unchecked)
