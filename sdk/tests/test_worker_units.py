@@ -42,6 +42,7 @@ def context(**kwargs: Any) -> TaskContext:
 
 def test_the_public_api() -> None:
     assert set(orbit_sdk.worker.__all__) == {
+        "JsonLogFormatter",
         "NonRetryableError",
         "SafeToRetry",
         "TaskCancelled",

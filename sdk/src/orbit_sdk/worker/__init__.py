@@ -18,9 +18,11 @@ worker.run()  # or: orbit-worker myapp.workers:worker
 
 from orbit_sdk.worker._context import TaskContext
 from orbit_sdk.worker._errors import NonRetryableError, SafeToRetry, TaskCancelled, WorkerError
+from orbit_sdk.worker._logs import JsonLogFormatter
 from orbit_sdk.worker._worker import Worker
 
 __all__ = [
+    "JsonLogFormatter",
     "NonRetryableError",
     "SafeToRetry",
     "TaskCancelled",

@@ -3,7 +3,9 @@
 The target is ``module:attribute`` (the attribute defaults to ``worker``) or a file path,
 ``path/to/workers.py:worker``. The current directory is put on ``sys.path`` first, so modules
 of the project it is started from are found. Options override the worker's own settings;
-``ORBIT_URL`` and ``ORBIT_API_KEY`` apply when neither sets the URL or key.
+``ORBIT_URL`` and ``ORBIT_API_KEY`` apply when neither sets the URL or key. Logs go to stderr as
+text lines or, with ``--log-format json`` (or ``ORBIT_LOG_FORMAT=json``), one JSON object per
+line; API keys and ``Authorization`` values are masked in both.
 """
 
 from __future__ import annotations
@@ -22,12 +24,16 @@ from typing import Final
 from orbit_sdk._config import API_KEY_ENV, URL_ENV, ConfigurationError
 from orbit_sdk._redact import RedactSecrets
 from orbit_sdk.worker._errors import WorkerError
+from orbit_sdk.worker._logs import JsonLogFormatter
 from orbit_sdk.worker._worker import Worker
 
-__all__ = ["build_parser", "load_worker", "main"]
+__all__ = ["build_parser", "configure_logging", "load_worker", "main"]
 
 DEFAULT_ATTRIBUTE: Final = "worker"
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+LOG_FORMATS: Final = ("text", "json")
+LOG_FORMAT_ENV: Final = "ORBIT_LOG_FORMAT"
+TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 
@@ -60,7 +66,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--worker-id", help="this process's name in Orbit (default: host:pid)")
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        help=f"text lines, or one JSON object per line (default: ${LOG_FORMAT_ENV}, else text)",
+    )
     return parser
+
+
+def configure_logging(level: str, log_format: str, secrets: Sequence[str] = ()) -> None:
+    """Log to stderr at ``level`` in ``log_format`` (``text`` or ``json``), every record of
+    every logger passing through :class:`RedactSecrets` first."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        JsonLogFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    )
+    handler.addFilter(RedactSecrets(secrets))  # whatever logs, no key reaches the output
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
 
 
 def load_worker(target: str) -> Worker:
@@ -85,13 +107,13 @@ def load_worker(target: str) -> Worker:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``orbit-worker`` command; returns the exit status."""
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    for handler in logging.getLogger().handlers:  # whatever logs, no key reaches the output
-        handler.addFilter(RedactSecrets())
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    log_format = args.log_format or os.environ.get(LOG_FORMAT_ENV, "").strip().lower() or "text"
+    if log_format not in LOG_FORMATS:
+        parser.error(f"{LOG_FORMAT_ENV} must be one of {', '.join(LOG_FORMATS)}: {log_format!r}")
+    key = args.api_key or os.environ.get(API_KEY_ENV, "").strip()
+    configure_logging(args.log_level, log_format, [key] if key else [])
     log = logging.getLogger("orbit_sdk.worker")
     try:
         worker = load_worker(args.target)

@@ -20,6 +20,7 @@ from typing import Final, TypeAlias
 
 from orbit_sdk.worker._context import TaskContext
 from orbit_sdk.worker._errors import TaskCancelled
+from orbit_sdk.worker._logs import describe_task, failure_level, task_fields
 from orbit_sdk.worker._outcome import (
     call_async,
     call_sync,
@@ -391,19 +392,44 @@ class Runtime:
             elif context.cancelled or (task is not None and task.cancelling()):
                 raise  # lost, or the worker stops at once: nothing to report
             else:
-                item = failed_item(ref, exc)  # the handler's own, not a cancellation of ours
+                # the handler's own, not a cancellation of ours
+                item = self._failed(context, failed_item(ref, exc), exc)
         except TaskCancelled as exc:
             if context.cancel_requested:
                 item = cancelled_item(ref)
             elif context.cancelled:
                 item = None
             else:
-                item = failed_item(ref, exc)
+                item = self._failed(context, failed_item(ref, exc), exc)
         except Exception as exc:
-            context.logger.debug("handler raised", exc_info=True)
-            item = failed_item(ref, exc)
+            item = self._failed(context, failed_item(ref, exc), exc)
+        else:
+            if item.outcome == "failed":  # a result JSON cannot carry
+                item = self._failed(context, item, None)
         self._ran_for(self._loop.time() - began)
         self._finish(attempt, item)
+
+    def _failed(
+        self, context: TaskContext, item: ResultItem, exc: BaseException | None
+    ) -> ResultItem:
+        """Log a failed attempt, once, with its traceback and the task's identity: WARNING
+        while Orbit retries it, ERROR when the failure is final or its outcome unknown."""
+        error = item.error
+        if error is None:
+            return item
+        level, verdict = failure_level(error, context)
+        fields = task_fields(context)
+        self._task_logger.log(
+            level,
+            "handler failed on %s: %s: %s (%s)",
+            describe_task(fields),
+            error.code,
+            error.message,
+            verdict,
+            exc_info=(type(exc), exc, exc.__traceback__) if exc is not None else None,
+            extra={**fields, "error_code": error.code, "retryable": error.retryable},
+        )
+        return item
 
     def _ran_for(self, seconds: float) -> None:
         mean = self.mean_run_s

@@ -26,7 +26,7 @@ from websockets.exceptions import InvalidStatus, WebSocketException
 
 import orbit_sdk
 from orbit_sdk._config import API_KEY_ENV, URL_ENV, ConfigurationError
-from orbit_sdk._redact import protocol_logger
+from orbit_sdk._redact import LIBRARY_LOGGERS, RedactSecrets, protocol_logger
 from orbit_sdk._typed import TaskDefaults, TaskRef
 from orbit_sdk.worker._errors import WorkerError
 from orbit_sdk.worker._registry import HandlerFunc, HandlerRegistry, SideEffect
@@ -251,6 +251,10 @@ class Worker:
         if self._loop is not None:
             raise RuntimeError("the worker is running already")
         settings = self._settings()
+        name = self._logger.name
+        redactor = RedactSecrets.install(
+            [settings.api_key], (*LIBRARY_LOGGERS, name, f"{name}.task")
+        )
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._stop_event, self._abort_event = asyncio.Event(), asyncio.Event()
@@ -280,6 +284,7 @@ class Worker:
             await runtime.abort()
             executor.shutdown(wait=False, cancel_futures=True)
             self._done.set()
+            redactor.uninstall()
             self._loop = self._session = None
             self._stop_requested, self._stop_grace, self._signals = False, None, 0
 
