@@ -24,6 +24,7 @@ EXPECTED_PUBLIC_NAMES = {
     "IdempotencyConflictError",
     "NotFoundError",
     "OrbitError",
+    "OutcomeUnknownError",
     "Parallel",
     "PayloadError",
     "PendingSignal",

@@ -4,13 +4,17 @@ The typed task and queue methods come from ``_tasks``, the schedule methods from
 ``_schedules``, the workflow methods from ``_workflows``; this module sends what they
 describe.
 
-Neither client retries anything on its own. Every failure surfaces once, as an
+Given several URLs (nodes of one Orbit service), a client sends each request to the URL that
+last worked and moves on to the next when that node cannot be reached, is unavailable or
+answers through a failing proxy, repeating only what is safe to repeat (see ``_failover``).
+Beyond that neither client retries anything on its own: every failure surfaces once, as an
 :class:`~orbit_sdk.OrbitError` carrying ``retryable`` (and ``retry_after`` for transient
 errors), so the caller decides whether, when and how often to try again.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -24,10 +28,12 @@ from orbit_sdk._config import DEFAULT_TIMEOUT, ClientConfig
 from orbit_sdk._errors import (
     UNEXPECTED_RESPONSE,
     OrbitError,
+    OutcomeUnknownError,
     TransportError,
     describe_unexpected,
     error_from_http,
 )
+from orbit_sdk._failover import Fate, exception_fate, replay_safe, response_fate
 from orbit_sdk._health import Readiness, health_from_http, readiness_from_http
 from orbit_sdk._models import Operation
 from orbit_sdk._schedules import AsyncScheduleCalls, ScheduleCalls
@@ -37,6 +43,7 @@ from orbit_sdk._workflows import AsyncWorkflowCalls, WorkflowCalls
 __all__ = ["AsyncClient", "Client", "QueryParams"]
 
 T = TypeVar("T")
+_log = logging.getLogger("orbit_sdk.client")
 
 QueryScalar: TypeAlias = str | int | float | bool | None
 QueryParams: TypeAlias = Mapping[str, QueryScalar | Sequence[QueryScalar]]
@@ -137,13 +144,74 @@ def _typed_result(response: httpx2.Response, read: Callable[[bytes], T]) -> T:
         ) from exc
 
 
-def _failure(call: _Call, config: ClientConfig, exc: httpx2.RequestError) -> OrbitError:
-    detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    message = f"{call.method} {config.url}{call.path} failed: {detail}"
+def _failure(call: _Call, base: str, exc: httpx2.RequestError) -> OrbitError:
+    message = f"{call.method} {base}{call.path} failed: {_detail(exc)}"
     if isinstance(exc, httpx2.TransportError):
         return TransportError(message)
     # Decoding errors and the like: a response arrived but could not be read.
     return OrbitError(message, code=UNEXPECTED_RESPONSE)
+
+
+def _detail(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _outcome_unknown(call: _Call, base: str, detail: str) -> OutcomeUnknownError:
+    return OutcomeUnknownError(
+        f"{call.method} {base}{call.path} may or may not have been applied ({detail}); "
+        "it was not sent again because it carries no idempotency key"
+    )
+
+
+class _Failover:
+    """Which URL a client sends to, and what it does when a try fails (shared by both
+    clients; the sending itself is theirs)."""
+
+    def __init__(self, urls: tuple[str, ...]) -> None:
+        self.urls = urls
+        self.current = 0  # sticky: the URL that last worked
+
+    def order(self) -> list[int]:
+        start = self.current
+        return [(start + step) % len(self.urls) for step in range(len(self.urls))]
+
+    def on_exception(self, call: _Call, index: int, exc: httpx2.RequestError, last: bool) -> None:
+        """Raise the error for a try that failed without an answer, unless the next URL is
+        to be tried."""
+        base = self.urls[index]
+        fate = exception_fate(exc)
+        if fate is Fate.UNKNOWN and not replay_safe(call.method, call.content):
+            raise _outcome_unknown(call, base, _detail(exc)) from exc
+        error = _failure(call, base, exc)
+        if last and len(self.urls) > 1:
+            error.message += f" (after every other URL failed: {', '.join(self.urls)})"
+            error.args = (error.message,)
+        if fate is None or last:
+            raise error from exc
+        _log.warning("%s: trying %s", error.message, self.urls[(index + 1) % len(self.urls)])
+
+    def keep(self, call: _Call, index: int, response: httpx2.Response, last: bool) -> bool:
+        """Whether to answer with ``response`` rather than try the next URL."""
+        fate = response_fate(response.status_code, response.content)
+        if fate is None:
+            self.current = index
+            return True
+        safe = replay_safe(call.method, call.content)
+        if fate is Fate.UNKNOWN and not safe:
+            raise _outcome_unknown(
+                call, self.urls[index], f"a proxy answered HTTP {response.status_code}"
+            )
+        if last or not safe:
+            return True  # Orbit's own "unavailable" is the answer to give
+        _log.warning(
+            "%s %s%s answered HTTP %d: trying %s",
+            call.method,
+            self.urls[index],
+            call.path,
+            response.status_code,
+            self.urls[(index + 1) % len(self.urls)],
+        )
+        return False
 
 
 class Client(TaskCalls, ScheduleCalls, WorkflowCalls):
@@ -178,11 +246,12 @@ class Client(TaskCalls, ScheduleCalls, WorkflowCalls):
         url: str | None = None,
         api_key: str | None = None,
         *,
+        urls: str | Sequence[str] | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         transport: httpx2.BaseTransport | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        config = ClientConfig.from_env(url=url, api_key=api_key, timeout=timeout)
+        config = ClientConfig.from_env(url=url, urls=urls, api_key=api_key, timeout=timeout)
         self._setup(config, transport, headers)
 
     @classmethod
@@ -205,8 +274,8 @@ class Client(TaskCalls, ScheduleCalls, WorkflowCalls):
         headers: Mapping[str, str] | None,
     ) -> None:
         self._config = config
+        self._failover = _Failover(config.urls)
         self._http = httpx2.Client(
-            base_url=config.url,
             headers=_session_headers(config, headers),
             timeout=config.timeout,
             transport=transport,
@@ -223,7 +292,7 @@ class Client(TaskCalls, ScheduleCalls, WorkflowCalls):
         return self._http.is_closed
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(url={self._config.url!r})"
+        return _repr(self, self._config)
 
     def close(self) -> None:
         """Close the connection pool (and a transport passed in). Idempotent."""
@@ -276,17 +345,25 @@ class Client(TaskCalls, ScheduleCalls, WorkflowCalls):
         return _typed_result(self._send(_prepare_operation(operation)), operation.read)
 
     def _send(self, call: _Call) -> httpx2.Response:
-        try:
-            return self._http.request(
-                call.method,
-                call.path,
-                content=call.content,
-                params=call.params,
-                headers=call.headers,
-                timeout=httpx2.USE_CLIENT_DEFAULT if call.timeout is None else call.timeout,
-            )
-        except httpx2.RequestError as exc:
-            raise _failure(call, self._config, exc) from exc
+        failover = self._failover
+        order = failover.order()
+        for step, index in enumerate(order):
+            last = step == len(order) - 1
+            try:
+                response = self._http.request(
+                    call.method,
+                    failover.urls[index] + call.path,
+                    content=call.content,
+                    params=call.params,
+                    headers=call.headers,
+                    timeout=httpx2.USE_CLIENT_DEFAULT if call.timeout is None else call.timeout,
+                )
+            except httpx2.RequestError as exc:
+                failover.on_exception(call, index, exc, last)
+                continue
+            if failover.keep(call, index, response, last):
+                return response
+        raise AssertionError("unreachable: the last URL's try answers or raises")
 
 
 class AsyncClient(AsyncTaskCalls, AsyncScheduleCalls, AsyncWorkflowCalls):
@@ -301,11 +378,12 @@ class AsyncClient(AsyncTaskCalls, AsyncScheduleCalls, AsyncWorkflowCalls):
         url: str | None = None,
         api_key: str | None = None,
         *,
+        urls: str | Sequence[str] | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         transport: httpx2.AsyncBaseTransport | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        config = ClientConfig.from_env(url=url, api_key=api_key, timeout=timeout)
+        config = ClientConfig.from_env(url=url, urls=urls, api_key=api_key, timeout=timeout)
         self._setup(config, transport, headers)
 
     @classmethod
@@ -328,8 +406,8 @@ class AsyncClient(AsyncTaskCalls, AsyncScheduleCalls, AsyncWorkflowCalls):
         headers: Mapping[str, str] | None,
     ) -> None:
         self._config = config
+        self._failover = _Failover(config.urls)
         self._http = httpx2.AsyncClient(
-            base_url=config.url,
             headers=_session_headers(config, headers),
             timeout=config.timeout,
             transport=transport,
@@ -346,7 +424,7 @@ class AsyncClient(AsyncTaskCalls, AsyncScheduleCalls, AsyncWorkflowCalls):
         return self._http.is_closed
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(url={self._config.url!r})"
+        return _repr(self, self._config)
 
     async def aclose(self) -> None:
         """Close the connection pool (and a transport passed in). Idempotent."""
@@ -390,14 +468,28 @@ class AsyncClient(AsyncTaskCalls, AsyncScheduleCalls, AsyncWorkflowCalls):
         return _typed_result(await self._send(_prepare_operation(operation)), operation.read)
 
     async def _send(self, call: _Call) -> httpx2.Response:
-        try:
-            return await self._http.request(
-                call.method,
-                call.path,
-                content=call.content,
-                params=call.params,
-                headers=call.headers,
-                timeout=httpx2.USE_CLIENT_DEFAULT if call.timeout is None else call.timeout,
-            )
-        except httpx2.RequestError as exc:
-            raise _failure(call, self._config, exc) from exc
+        failover = self._failover
+        order = failover.order()
+        for step, index in enumerate(order):
+            last = step == len(order) - 1
+            try:
+                response = await self._http.request(
+                    call.method,
+                    failover.urls[index] + call.path,
+                    content=call.content,
+                    params=call.params,
+                    headers=call.headers,
+                    timeout=httpx2.USE_CLIENT_DEFAULT if call.timeout is None else call.timeout,
+                )
+            except httpx2.RequestError as exc:
+                failover.on_exception(call, index, exc, last)
+                continue
+            if failover.keep(call, index, response, last):
+                return response
+        raise AssertionError("unreachable: the last URL's try answers or raises")
+
+
+def _repr(client: Client | AsyncClient, config: ClientConfig) -> str:
+    if len(config.urls) == 1:
+        return f"{type(client).__name__}(url={config.url!r})"
+    return f"{type(client).__name__}(urls={list(config.urls)!r})"

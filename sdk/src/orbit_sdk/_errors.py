@@ -21,6 +21,7 @@ __all__ = [
     "IdempotencyConflictError",
     "NotFoundError",
     "OrbitError",
+    "OutcomeUnknownError",
     "PermissionDeniedError",
     "ProtocolError",
     "QueueFullError",
@@ -35,6 +36,7 @@ __all__ = [
 
 UNEXPECTED_RESPONSE: Final = "unexpected_response"
 TRANSPORT_ERROR: Final = "transport_error"
+OUTCOME_UNKNOWN: Final = "outcome_unknown"
 _SNIPPET_CHARS: Final = 200
 
 
@@ -206,6 +208,19 @@ class TransportError(OrbitError):
     _default_code = TRANSPORT_ERROR
     _default_category = "transport"
     _default_retryable = True
+
+
+class OutcomeUnknownError(TransportError):
+    """A write that is not safe to repeat was sent, and no usable answer came back: the
+    connection broke after it went out, it timed out, or a proxy answered 502/503/504.
+
+    Orbit may or may not have applied it, so the client did not send it again (to this node or
+    another). Find out before repeating it (list the tasks you expect, say), or send writes
+    with an idempotency key, which the client repeats on its own. ``retryable`` is ``False``.
+    """
+
+    _default_code = OUTCOME_UNKNOWN
+    _default_retryable = False
 
 
 _ERROR_BY_CODE: Final[Mapping[str, type[OrbitError]]] = {

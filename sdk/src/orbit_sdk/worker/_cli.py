@@ -118,9 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         worker = load_worker(args.target)
         worker.configure(
-            urls=[u.strip() for v in args.urls for u in v.split(",") if u.strip()]
-            if args.urls
-            else None,
+            urls=args.urls,
             api_key=args.api_key,
             concurrency=args.concurrency,
             prefetch=args.prefetch,

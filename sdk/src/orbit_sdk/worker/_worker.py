@@ -25,7 +25,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus, WebSocketException
 
 import orbit_sdk
-from orbit_sdk._config import API_KEY_ENV, URL_ENV, ConfigurationError
+from orbit_sdk._config import API_KEY_ENV, URL_ENV, ConfigurationError, split_urls
 from orbit_sdk._redact import LIBRARY_LOGGERS, RedactSecrets, protocol_logger
 from orbit_sdk._typed import TaskDefaults, TaskRef
 from orbit_sdk.worker._errors import WorkerError
@@ -479,11 +479,7 @@ class Worker:
 def worker_urls(urls: str | Sequence[str]) -> tuple[str, ...]:
     """The WebSocket URLs of the worker endpoint for one URL, several, or a comma-separated
     string; ``http(s)`` becomes ``ws(s)`` and ``/v1/worker`` is appended unless present."""
-    items = urls.split(",") if isinstance(urls, str) else list(urls)
-    resolved = tuple(_websocket_url(item) for item in items if item.strip())
-    if not resolved:
-        raise ConfigurationError("no Orbit URL given")
-    return resolved
+    return tuple(_websocket_url(item) for item in split_urls(urls))
 
 
 def _websocket_url(url: str) -> str:
