@@ -144,3 +144,17 @@ async def test_main_exits_1_when_the_server_refuses_the_worker() -> None:
         await conn.expect("hello")
         await conn.close(4403, "forbidden queue")
         assert await asyncio.wait_for(run, TIMEOUT) == 1
+
+
+def test_log_format_comes_from_the_option_or_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert build_parser().parse_args(["t", "--log-format", "json"]).log_format == "json"
+    assert build_parser().parse_args(["t"]).log_format is None  # then ORBIT_LOG_FORMAT, text
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args(["t", "--log-format", "xml"])
+    assert caught.value.code == 2
+    monkeypatch.setenv("ORBIT_LOG_FORMAT", "yaml")
+    with pytest.raises(SystemExit) as caught:
+        main(["app.workers"])
+    assert caught.value.code == 2

@@ -209,6 +209,7 @@ def test_orbit_worker_logging_masks_every_logger_and_writes_json(
 ) -> None:
     root = logging.getLogger()
     saved = (root.level, list(root.handlers))
+    root.handlers[:] = []  # as in a fresh process
     try:
         configure_logging("debug", "json", ["plain-dev-key"])
         logging.getLogger("myapp").info("calling with plain-dev-key and %s", KEY)

@@ -2,7 +2,8 @@
 dead port (nothing listens: no request is ever sent) and a proxy that passes the request on to
 the server but drops the connection before the answer comes back (the request was applied,
 the client cannot know it). Reads and keyed submits go on to the live URL; an unkeyed submit
-is sent once and reported as of unknown outcome."""
+is sent once and reported as of unknown outcome. Last, two ``orbit server`` processes on one
+MariaDB, one of them killed: the client carries on with the other."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import pytest
 
 import orbit_sdk
 from orbit_sdk import OutcomeUnknownError
+from orbit_server.governance.keys import Role
+from tests.conftest import SCOPE, make_key_at
 from tests.support.processes import OrbitProcess
 
 
@@ -152,3 +155,29 @@ def test_comma_separated_orbit_url(
     with orbit_sdk.Client() as client:
         assert client.health() is True
         assert client.ready().ready is True
+
+
+async def test_two_servers_on_one_database_one_killed(migrated_mariadb_url: str) -> None:
+    key = await make_key_at(migrated_mariadb_url, SCOPE, Role.SUBMITTER, Role.OPERATOR)
+    env = {"ORBIT_DATABASE_URL": migrated_mariadb_url}
+    servers = [
+        OrbitProcess(["server", "--port", "0", "--host", "127.0.0.1", "--node-id", name], env=env)
+        for name in ("fa", "fb")
+    ]
+    try:
+        url_a, url_b = (s.wait_for("ORBIT_URL")["ORBIT_URL"] for s in servers)
+        with orbit_sdk.Client(urls=[url_a, url_b], api_key=key) as client:
+            first = client.submit("two-nodes", "t", idempotency_key="two-1")
+            assert client._failover.current == 0
+            servers[0].proc.kill()
+            servers[0].proc.wait()
+            assert client.get_task(first.id).id == first.id  # a refused: b answers
+            again = client.submit("two-nodes", "t", idempotency_key="two-1")
+            second = client.submit("two-nodes", "t", idempotency_key="two-2")
+            assert client._failover.current == 1
+            found = list(client.iter_tasks(queue="two-nodes"))
+        assert again.id == first.id
+        assert sorted(t.id for t in found) == sorted([first.id, second.id])
+    finally:
+        for server in servers:
+            server.stop()

@@ -76,13 +76,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def configure_logging(level: str, log_format: str, secrets: Sequence[str] = ()) -> None:
     """Log to stderr at ``level`` in ``log_format`` (``text`` or ``json``), every record of
-    every logger passing through :class:`RedactSecrets` first."""
+    every logger passing through :class:`RedactSecrets` first. Handlers the root logger has
+    already (set up before, by ``sitecustomize`` say) are kept, and get the filter too."""
     handler = logging.StreamHandler()
     handler.setFormatter(
         JsonLogFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
     )
-    handler.addFilter(RedactSecrets(secrets))  # whatever logs, no key reaches the output
-    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    logging.basicConfig(level=level.upper(), handlers=[handler])
+    for each in logging.getLogger().handlers:  # whatever logs, no key reaches the output
+        if not any(isinstance(f, RedactSecrets) for f in each.filters):
+            each.addFilter(RedactSecrets(secrets))
 
 
 def load_worker(target: str) -> Worker:
