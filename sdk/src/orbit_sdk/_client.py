@@ -202,7 +202,7 @@ class _Failover:
                 call, self.urls[index], f"a proxy answered HTTP {response.status_code}"
             )
         if last or not safe:
-            return True  # Orbit's own "unavailable" is the answer to give
+            return True  # raised by the caller as the mapped error (UnavailableError, ...)
         _log.warning(
             "%s %s%s answered HTTP %d: trying %s",
             call.method,
@@ -217,13 +217,18 @@ class _Failover:
 class Client(TaskCalls, ScheduleCalls, WorkflowCalls):
     """Synchronous client for Orbit's HTTP API.
 
-    ``url`` and ``api_key`` default to ``ORBIT_URL`` and ``ORBIT_API_KEY``; explicit arguments
-    win. ``timeout`` is in seconds. ``transport`` replaces the network (``httpx2.MockTransport``
-    in tests, ``httpx2.WSGITransport``). ``headers`` are sent with every request; the SDK's
+    ``url`` (or ``urls``, several servers of one cluster; a comma-separated ``url`` too) and
+    ``api_key`` default to ``ORBIT_URL`` and ``ORBIT_API_KEY``; explicit arguments win.
+    ``timeout`` is in seconds. ``transport`` replaces the network (``httpx2.MockTransport`` in
+    tests, ``httpx2.WSGITransport``). ``headers`` are sent with every request; the SDK's
     ``Authorization``, ``User-Agent`` and ``Accept`` take precedence over them.
 
-    Use it as a context manager or call :meth:`close`. It never retries: failures raise an
-    :class:`~orbit_sdk.OrbitError` whose ``retryable`` tells the caller whether to try again.
+    Use it as a context manager or call :meth:`close`. With several URLs, a request goes to the
+    one that last worked, and on to the next when that server fails if the request is safe to
+    repeat (a read, or a write with an idempotency key); a write that is not and whose answer
+    was lost raises :class:`~orbit_sdk.OutcomeUnknownError`. Beyond that it never retries:
+    failures raise an :class:`~orbit_sdk.OrbitError` whose ``retryable`` tells the caller
+    whether to try again.
 
     Tasks: :meth:`submit`, :meth:`submit_many`, :meth:`get_task`, :meth:`wait_for_task`,
     :meth:`list_tasks`, :meth:`iter_tasks`, :meth:`task_attempts`, :meth:`cancel_task`,
@@ -370,7 +375,8 @@ class AsyncClient(AsyncTaskCalls, AsyncScheduleCalls, AsyncWorkflowCalls):
     """Asynchronous client for Orbit's HTTP API; the same calls as :class:`Client`, awaited.
 
     ``transport`` takes an ``httpx2.AsyncBaseTransport`` (``httpx2.MockTransport``,
-    ``httpx2.ASGITransport``). Use ``async with`` or await :meth:`aclose`. It never retries.
+    ``httpx2.ASGITransport``). Use ``async with`` or await :meth:`aclose`. Several URLs fail
+    over as for :class:`Client`; beyond that it never retries.
     """
 
     def __init__(

@@ -202,7 +202,8 @@ class TransportError(OrbitError):
     """No usable HTTP response: connection refused, DNS, TLS, timeout, broken stream.
 
     The underlying ``httpx2`` exception is the ``__cause__``. ``retryable`` is ``True``, but a
-    write that timed out may still have been applied: repeat it with the same idempotency key.
+    keyed write that timed out may still have been applied: repeat it with the same idempotency
+    key. A write without a key whose answer was lost raises :class:`OutcomeUnknownError`.
     """
 
     _default_code = TRANSPORT_ERROR

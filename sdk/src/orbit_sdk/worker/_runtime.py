@@ -222,6 +222,12 @@ class Runtime:
                     delivery.type,
                     delivery.handler_version,
                     delivery.task_id,
+                    extra={
+                        "task_id": delivery.task_id,
+                        "attempt": delivery.attempt,
+                        "queue": delivery.queue,
+                        "task_type": delivery.type,
+                    },
                 )
             if spec is None or not self.accepting:
                 attempt.phase = Phase.RELEASING
@@ -336,7 +342,13 @@ class Runtime:
             return
         if attempt.timer is not None:
             attempt.timer.cancel()
-        self._logger.warning("task %s attempt %d lost: %s", key[0], key[1], why)
+        self._logger.warning(
+            "task %s attempt %d lost: %s",
+            key[0],
+            key[1],
+            why,
+            extra={"task_id": key[0], "attempt": key[1]},
+        )
         if attempt.context is not None:
             attempt.context._cancel(f"attempt lost: {why}", requested=False)
         self._cancel_async_handler(attempt)
