@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -188,6 +189,26 @@ def bind_listener(host: str, port: int) -> socket.socket:
 GC_THRESHOLDS = (50_000, 20, 100)
 
 
+# A full collection at most this often: what reaches the oldest generation is otherwise
+# collected only after 100 middle collections, about 100 million allocations, so cyclic garbage
+# stays for hours. A database outage makes much of it: each broken connection keeps its
+# prepared statements (which point back at it) and the error that broke it (a traceback whose
+# frames point back at the connection). Measured: with no full collection a server under load
+# grew by about 5 MiB at each outage and did not level off; a full collection of what is not
+# frozen takes a few milliseconds.
+FULL_COLLECTION_S = 60.0
+
+
+async def collect_fully(every_s: float = FULL_COLLECTION_S) -> None:
+    """Run a full collection every ``every_s`` seconds, until cancelled."""
+    while True:
+        await asyncio.sleep(every_s)
+        began = time.perf_counter()
+        found = gc.collect()
+        log.debug("full collection", unreachable=found,
+                  ms=round((time.perf_counter() - began) * 1000, 1))  # fmt: skip
+
+
 def tune_gc() -> None:
     """Collect less often, and never look at what startup built again. The server allocates
     many short-lived objects per task (rows, records, frames); with the default thresholds a
@@ -243,6 +264,7 @@ async def serve(node: Node, *, announce_key: str | None = None) -> int:
     if app.worker_endpoint is not None:
         await app.worker_endpoint.start()
     serving = asyncio.create_task(server.serve(sockets=[sock]))
+    collecting = asyncio.create_task(collect_fully())
     try:
         listening = asyncio.create_task(server.listening.wait())
         await asyncio.wait([serving, listening], return_when=asyncio.FIRST_COMPLETED)
@@ -259,6 +281,7 @@ async def serve(node: Node, *, announce_key: str | None = None) -> int:
             log.info("listening", url=f"http://{host}:{port}", node=settings.node_id)
         await serving
     finally:
+        collecting.cancel()
         await node.stop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
