@@ -84,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     mem.add_argument("--minutes", type=float, default=10.0, help="length of the steady run")
     mem.add_argument("--rate", type=int, default=500, help="tasks submitted per second")
     mem.add_argument("--capacity", type=int, default=64, help="total worker capacity")
+    mem.add_argument(
+        "--outages", type=int, default=0, help="times the database is stopped during the run"
+    )
+    mem.add_argument("--outage-s", type=float, default=8.0, help="length of each outage")
     sch = sub.add_parser(
         "schedules",
         parents=[on_database, servers],
@@ -220,6 +224,8 @@ def _run(args: argparse.Namespace) -> int:
             out=args.out,
             sample_s=0.5 if args.smoke else 10.0,
             allow_tmpfs=allow_tmpfs,
+            outages=args.outages,
+            outage_s=args.outage_s,
         )
     if args.scenario == "latency":
         return run_latency_suite(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -126,6 +127,20 @@ class Databases:
         elif self._made and self.url is not None:
             drops = [f"DROP DATABASE IF EXISTS `{_sibling(self.url, n)[0]}`" for n in self._made]
             asyncio.run(_on_server(self.url, *drops))
+
+    @property
+    def private(self) -> bool:
+        """Whether the runner started the server (and so may stop it: ``outage``)."""
+        return self._harness is not None
+
+    def outage(self, seconds: float) -> None:
+        """Stop the private server for ``seconds`` (SIGTERM: connections break at once; the
+        data is kept), then start it again on the same port and wait until it answers."""
+        if self._harness is None:
+            raise RuntimeError("outages need the runner's own server (no --url)")
+        self._harness.stop()
+        time.sleep(seconds)  # the outage's length, not a synchronisation
+        self._harness.start()
 
     def fresh(self, name: str) -> str:
         """The URL of an empty database for one run (call it outside an event loop when a

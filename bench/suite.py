@@ -141,15 +141,19 @@ def run_latency_suite(*, url: str | None, tasks: int, out: Path, allow_tmpfs: bo
 
 def run_memory_suite(
     *, url: str | None, minutes: float, rate: int, capacity: int, processes: int, out: Path,
-    sample_s: float, allow_tmpfs: bool = False,
+    sample_s: float, allow_tmpfs: bool = False, outages: int = 0, outage_s: float = 8.0,
 ) -> int:  # fmt: skip
-    """``python -m bench memory``: the server's resident memory over a steady run."""
+    """``python -m bench memory``: the server's resident memory over a steady run, with
+    ``outages`` of the database during it."""
+    if outages and url is not None:
+        print("error: --outages stops the database: it needs the runner's own server (no --url)")
+        return 2
     with Databases(url, allow_tmpfs=allow_tmpfs) as dbs:
         facts = dbs.facts
         db_url = dbs.fresh("bench_memory")
         found = run_memory(
             db_url, minutes=minutes, rate=rate, capacity=capacity, processes=processes,
-            sample_s=sample_s,
+            sample_s=sample_s, outages=outages, outage_s=outage_s, outage=dbs.outage,
         )  # fmt: skip
     summary = {k: v for k, v in asdict(found).items() if k != "samples"}
     print(json.dumps({"memory": summary}), flush=True)
@@ -158,6 +162,17 @@ def run_memory_suite(
         f"{found.minutes:g} min ({found.tasks:,} tasks, all succeeded), capacity {capacity} in "
         f"{processes} worker processes. Server resident memory (VmRSS), sampled every "
         f"{sample_s:g} s; the first {found.warmup_s:g} s are warm-up.",
+        *(
+            [
+                "",
+                f"{len(found.outages)} database outages of {found.outage_s:g} s each (the "
+                "server stopped, then started again), beginning at "
+                + ", ".join(f"{at:g}" for at in found.outages)
+                + f" s; {found.refused:,} submits were refused during them.",
+            ]
+            if found.outages
+            else []
+        ),
         "",
         "| after warm-up MiB | max MiB | last MiB | drift (max vs after warm-up) |",
         "| ---: | ---: | ---: | ---: |",

@@ -122,6 +122,24 @@ async def test_the_memory_benchmark_runs_and_reports(
     storage_recorded(tmp_path, "memory")
 
 
+def test_the_memory_benchmark_breaks_its_own_database_only(tmp_path: Path) -> None:
+    """``--outages`` stops the runner's private server during the run (the load goes on, its
+    refused submits counted); a server given by ``--url`` is never stopped."""
+    command = [sys.executable, "-m", "bench", "memory", "--smoke", "--out", str(tmp_path),
+               "--outages", "1", "--outage-s", "1"]  # fmt: skip
+    refused = subprocess.run([*command, "--url", "mysql://root@127.0.0.1:1/none"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert refused.returncode == 2 and "no --url" in refused.stdout
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    [run] = reported(done, "memory")
+    assert len(run["outages"]) == 1 and run["outage_s"] == 1
+    assert run["succeeded"] >= run["tasks"] > 0
+    [report] = sorted(tmp_path.glob("memory-*.md"))
+    assert "1 database outages of 1 s each" in report.read_text()
+
+
 async def test_the_schedules_benchmark_runs_and_reports(
     mysql_server: MySQLServerForTests, tmp_path: Path
 ) -> None:
