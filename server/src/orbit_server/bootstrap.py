@@ -231,9 +231,10 @@ async def prune_history(
     return removed + await sessions.prune(settings.result_retention_ms)
 
 
-def build_app(node: Node, *, litestar: Litestar | None = None) -> OrbitApp:
+def build_app(node: Node, *, litestar: Litestar | None = None, testing: bool = False) -> OrbitApp:
     """The ASGI app; with the gateway role, ``/v1/worker`` serves workers. ``litestar``: a
-    shared HTTP app (see :class:`OrbitApp`)."""
+    shared HTTP app (see :class:`OrbitApp`). ``testing``: with the routes of
+    ``orbit dev --testing`` (the node's clock must be an ``AdjustableClock``)."""
     gateway = Gateway(node) if node.settings.has_role(ServerRole.GATEWAY) else None
     console = None
     if node.settings.has_role(ServerRole.CONSOLE):
@@ -243,4 +244,6 @@ def build_app(node: Node, *, litestar: Litestar | None = None) -> OrbitApp:
 
             return build_console(node)
 
-    return OrbitApp(node, worker_endpoint=gateway, litestar=litestar, console=console)
+    return OrbitApp(
+        node, worker_endpoint=gateway, litestar=litestar, console=console, testing=testing
+    )

@@ -40,6 +40,28 @@ class FakeClock:
         self._now = moment
 
 
+class AdjustableClock:
+    """The system clock plus an offset that only grows: ``orbit dev --testing`` lets tests move
+    it forward (``POST /v1/dev/clock:advance``) so that backoffs, timeouts and timers come due
+    without waiting, while time keeps flowing for everything else."""
+
+    def __init__(self) -> None:
+        self._offset = timedelta(0)
+
+    @property
+    def offset(self) -> timedelta:
+        return self._offset
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + self._offset
+
+    def advance(self, delta: timedelta) -> datetime:
+        if delta < timedelta(0):
+            raise ValueError("a clock never moves backwards")
+        self._offset += delta
+        return self.now()
+
+
 def to_rfc3339(moment: datetime | None) -> str | None:
     """RFC 3339 UTC with milliseconds, as API.md fixes for every time on the wire."""
     if moment is None:

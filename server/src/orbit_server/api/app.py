@@ -19,6 +19,7 @@ from orbit_server.api.openapi import describe, openapi_config
 from orbit_server.api.routes import (
     audit,
     bulk,
+    dev,
     health,
     keys,
     queues,
@@ -111,12 +112,15 @@ async def provide_node(request: Request[Any, Any, Any]) -> Node:
     return node_of(request)
 
 
-def build_litestar(settings: Settings) -> Litestar:
+def build_litestar(settings: Settings, *, testing: bool = False) -> Litestar:
     """The Litestar app of the HTTP API for ``settings``. It holds no node: each request
-    finds the one serving it in its ASGI scope (:class:`OrbitApp` puts it there)."""
+    finds the one serving it in its ASGI scope (:class:`OrbitApp` puts it there).
+    ``testing``: also the test-mode routes of ``orbit dev --testing``."""
     routes = list(HEALTH_ROUTES)
     if settings.has_role(ServerRole.API):
         routes += API_ROUTES
+        if testing:
+            routes += dev.DEV_ROUTES
     for route in routes:  # every route is described as Orbit answers (errors, bodies, keys)
         describe(route)
     return Litestar(
@@ -164,12 +168,15 @@ class OrbitApp:
         worker_endpoint: WorkerEndpoint | None = None,
         litestar: Litestar | None = None,
         console: Callable[[], Any] | None = None,
+        testing: bool = False,
     ) -> None:
         self.node = node
         self.worker_endpoint = worker_endpoint
         self._console_factory = console  # builds the console's ASGI app at its first request
         self._console: Any = None
-        self.litestar = build_litestar(node.settings) if litestar is None else litestar
+        if litestar is None:
+            litestar = build_litestar(node.settings, testing=testing)
+        self.litestar = litestar
         self._asgi = OrbitHTTPMiddleware(
             self.litestar, metrics=node.metrics, max_body_bytes=node.settings.max_body_bytes
         )

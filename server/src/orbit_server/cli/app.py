@@ -164,6 +164,14 @@ def dev(
     host: HostOpt = None,
     port: PortOpt = None,
     data_dir: DataDirOpt = DEV_DATA_DIR,
+    testing: Annotated[
+        bool,
+        typer.Option(
+            "--testing",
+            help="Test mode: a clock tests move forward (POST /v1/dev/clock:advance) and "
+            "throwaway environments (POST /v1/dev/environments)",
+        ),
+    ] = False,
 ) -> None:
     """One process on an embedded SQLite file, migrated automatically (for development)."""
     from orbit_server.cli.serve import serve_dev
@@ -174,7 +182,7 @@ def dev(
     # The embedded file wins over ORBIT_DATABASE_URL: dev must never migrate a shared database.
     flags = {"host": host, "port": port, **extra, "database_url": dev_database_url(data_dir)}
     settings = load_settings(flags)
-    raise typer.Exit(run(lambda: serve_dev(settings, data_dir.resolve())))
+    raise typer.Exit(run(lambda: serve_dev(settings, data_dir.resolve(), testing=testing)))
 
 
 @app.command(context_settings=EXTRA, epilog=settings_epilog(OWN_FLAGS))

@@ -22,6 +22,7 @@ from orbit_server.api.http_protocol import http_protocol
 from orbit_server.audit import Actor
 from orbit_server.bootstrap import SchemaNotCurrent, build_app, build_node, database_for
 from orbit_server.cli.admin import report_error
+from orbit_server.clock import AdjustableClock
 from orbit_server.config import ServerRole, Settings
 from orbit_server.errors import OrbitError, Unauthenticated
 from orbit_server.gateway.asgi_ws import WorkerWebSocketProtocol
@@ -58,19 +59,21 @@ async def ensure_dev_key(node: Node, data_dir: Path) -> str:
     return created.token
 
 
-async def serve_dev(settings: Settings, data_dir: Path) -> int:
+async def serve_dev(settings: Settings, data_dir: Path, *, testing: bool = False) -> int:
+    """``orbit dev``; ``testing``: with a clock tests can move forward and throwaway
+    environments (the routes of ``api/routes/dev.py``)."""
     configure_logging(settings.log_level, settings.log_format)
     await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
     db = database_for(settings, exclusive=True)
     try:
         await db.connect()
         await migrate(db)
-        node = await build_node(settings, db=db)
+        node = await build_node(settings, db=db, clock=AdjustableClock() if testing else None)
     except STARTUP_ERRORS as exc:
         await db.close()
         return report_error(str(exc))
     token = await ensure_dev_key(node, data_dir)
-    return await serve(node, announce_key=token)
+    return await serve(node, announce_key=token, testing=testing)
 
 
 LISTEN_FD = "ORBIT_LISTEN_FD"  # set by a parent ``orbit server --processes N`` for its children
@@ -220,7 +223,7 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-async def serve(node: Node, *, announce_key: str | None = None) -> int:
+async def serve(node: Node, *, announce_key: str | None = None, testing: bool = False) -> int:
     """Serve until SIGINT/SIGTERM, then drain and close. Prints ORBIT_URL once listening."""
     settings = node.settings
     inherited = os.environ.get(LISTEN_FD)
@@ -233,7 +236,7 @@ async def serve(node: Node, *, announce_key: str | None = None) -> int:
         await node.stop()
         where = f"{settings.host}:{settings.port}"
         return report_error(f"cannot listen on {where}: {exc.strerror or exc}")
-    app = build_app(node)
+    app = build_app(node, testing=testing)
     tune_gc()
     config = uvicorn.Config(
         app,
