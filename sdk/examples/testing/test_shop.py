@@ -40,6 +40,14 @@ def test_checkout_reserves_after_a_day(orbit: OrbitTest) -> None:
     assert done.output == {"reservation": "res-o-1"}
 
 
+def test_checkout_skips_the_day(orbit: OrbitTest) -> None:
+    with orbit.worker(shop.worker):
+        done = orbit.run_workflow(shop.checkout, ORDER, skip_waits=True)
+    assert done.state == "succeeded"
+    assert done.finished_at is not None
+    assert done.finished_at - done.created_at >= timedelta(days=1)  # on the server's clock
+
+
 def test_checkout_of_an_empty_order_fails(orbit: OrbitTest) -> None:
     with orbit.worker(shop.worker):
         done = orbit.run_workflow(shop.checkout, {**ORDER, "items": []})
