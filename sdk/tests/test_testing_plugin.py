@@ -22,6 +22,7 @@ EXAMPLE = Path(__file__).parents[1] / "examples" / "testing"
 INI = "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
 
 BROKEN = """
+from orbit_sdk import RetryPolicy
 from orbit_sdk.testing import OrbitTest
 from orbit_sdk.worker import TaskContext, Worker
 
@@ -35,7 +36,8 @@ def divide(ctx: TaskContext) -> float:
 
 def test_the_division_succeeds(orbit: OrbitTest) -> None:
     with orbit.worker(worker):
-        task = orbit.run_task("broken", "divide", {"a": 1, "b": 0}, retry={"max_attempts": 1})
+        once = RetryPolicy(max_attempts=1)
+        task = orbit.run_task("broken", "divide", {"a": 1, "b": 0}, retry=once)
     assert task.state == "succeeded", task.error
 """
 

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from orbit_sdk import Client, NotFoundError, Workflow
+from orbit_sdk import Client, NotFoundError, RetryPolicy, Workflow
 from orbit_sdk.testing import InjectedFailure, OrbitServer, OrbitTest, TestWorker
 from orbit_sdk.worker import TaskContext, Worker
 
@@ -73,7 +73,7 @@ def test_a_sync_handler_fails_then_runs(orbit: OrbitTest) -> None:
     with orbit.worker(worker) as test_worker:
         test_worker.fail_next("tools", "echo", times=1)
         test_worker.fail_next("tools", "echo", error=Declined)
-        first = orbit.run_task("tools", "echo", {"a": 1}, retry={"max_attempts": 2})
+        first = orbit.run_task("tools", "echo", {"a": 1}, retry=RetryPolicy(max_attempts=2))
         second = orbit.run_task("tools", "echo", {"a": 2})
         third = orbit.run_task("tools", "echo", {"a": 3})
     assert first.state == "failed" and first.error is not None
@@ -163,3 +163,18 @@ def test_the_clock_only_moves_forward(orbit: OrbitTest) -> None:
     assert after - before >= timedelta(seconds=90)
     with pytest.raises(ValueError, match="forward"):
         orbit.advance_clock(-1)
+
+
+def test_a_failing_test_is_not_hidden_by_its_worker(orbit: OrbitTest) -> None:
+    made = orbit.worker(worker)
+    made.worker.configure(api_key="ok_bad_key_that_is_long_enough_to_parse")
+
+    def a_test_that_fails() -> None:
+        with made:
+            with pytest.raises(RuntimeError, match="stopped"):  # the worker was refused
+                orbit.run_task("tools", "echo", {}, timeout=20)
+            raise AssertionError("the test's own failure")
+
+    with pytest.raises(AssertionError, match="the test's own"):
+        a_test_that_fails()
+    assert made.error is not None  # kept, though its stop raised nothing

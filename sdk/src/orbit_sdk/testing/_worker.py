@@ -149,7 +149,12 @@ class TestWorker:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop()
+        try:
+            self.stop()
+        except Exception:
+            if exc is None:
+                raise
+            # the test's own failure is the one to see; the worker's error is still in .error
 
     async def __aenter__(self) -> TestWorker:
         await self.start_async()
@@ -161,7 +166,11 @@ class TestWorker:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.stop_async()
+        try:
+            await self.stop_async()
+        except Exception:
+            if exc is None:
+                raise
 
     @property
     def running(self) -> bool:
