@@ -142,7 +142,7 @@ class OrbitServer:
         ]  # fmt: skip
         with open(log_path, "w") as log:
             process = subprocess.Popen(  # noqa: S603 - the orbit command, as configured
-                args, stdout=subprocess.PIPE, stderr=log, text=True, env=env, start_new_session=True
+                args, stdout=subprocess.PIPE, stderr=log, text=True, env=env
             )
         try:
             announced = _read_announcements(process, ("ORBIT_URL", "ORBIT_API_KEY"), timeout)

@@ -32,6 +32,8 @@ __all__ = ["TestWorker", "handlers_of"]
 STOP_GRACE_S: Final = 5.0
 JOIN_TIMEOUT_S: Final = 30.0
 LOSS_POLL_S: Final = 0.05
+START_WAIT_S: Final = 10.0
+"""How long a lost attempt waits for Orbit to have it as started before the clock jumps."""
 
 
 def handlers_of(worker: Worker) -> list[HandlerSpec]:
@@ -204,8 +206,10 @@ class TestWorker:
                     return await func(ctx)
                 if fault.kind == "fail":
                     raise _error_of(fault, ctx)
+                deadline = time.monotonic() + START_WAIT_S
                 async with self._orbit.async_client() as client:
-                    while True:  # the start is on its way; only HTTP tells when it is in
+                    while time.monotonic() < deadline and not self._released.is_set():
+                        # the start is on its way; only HTTP tells when it is in
                         if await _is_running(client.task_attempts(ctx.task_id), ctx.attempt):
                             break
                         await asyncio.sleep(LOSS_POLL_S)
@@ -223,7 +227,10 @@ class TestWorker:
                 return func(ctx)
             if fault.kind == "fail":
                 raise _error_of(fault, ctx)
-            while not _running(self._orbit.attempts_of(ctx.task_id), ctx.attempt):
+            deadline = time.monotonic() + START_WAIT_S
+            while time.monotonic() < deadline and not self._released.is_set():
+                if _running(self._orbit.attempts_of(ctx.task_id), ctx.attempt):
+                    break
                 time.sleep(LOSS_POLL_S)  # the start is on its way
             self._orbit.advance_clock(self._loss_jump())
             while not ctx.cancel_event.wait(LOSS_POLL_S) and not self._released.is_set():
