@@ -83,9 +83,13 @@ def test_the_guide_passes_and_a_failing_handler_fails(tmp_path: Path) -> None:
 def test_no_server_starts_unless_a_fixture_asks(tmp_path: Path) -> None:
     (tmp_path / "pytest.ini").write_text(INI)
     (tmp_path / "test_plain.py").write_text("def test_plain() -> None:\n    assert True\n")
-    # a command that cannot run: any attempt to start the server would error the test
+    (tmp_path / "test_server.py").write_text("def test_server(orbit) -> None:\n    pass\n")
+    # a command that cannot run: only the test that asks for a fixture meets it
     outcomes = run_pytest(tmp_path, env={SERVER_COMMAND_ENV: str(tmp_path / "no-such-orbit")})
-    assert outcomes == {"test_plain": "passed"}
+    assert outcomes["test_plain"] == "passed"
+    assert outcomes["test_server"].startswith("error: failed on setup"), outcomes
+    report = (tmp_path / "report.xml").read_text()
+    assert "ServerNotInstalled" in report and "install the orbit-server distribution" in report
 
 
 def test_a_missing_server_command_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -140,10 +140,19 @@ class OrbitServer:
             "--log-level", "warning",
             *extra_args,
         ]  # fmt: skip
-        with open(log_path, "w") as log:
-            process = subprocess.Popen(  # noqa: S603 - the orbit command, as configured
-                args, stdout=subprocess.PIPE, stderr=log, text=True, env=env
-            )
+        try:
+            with open(log_path, "w") as log:
+                process = subprocess.Popen(  # noqa: S603 - the orbit command, as configured
+                    args, stdout=subprocess.PIPE, stderr=log, text=True, env=env
+                )
+        except OSError as exc:  # not there, not executable
+            if cleanup is not None:
+                cleanup.cleanup()
+            raise ServerNotInstalled(
+                f"cannot run {argv[0]!r} ({exc.strerror or exc}): install the orbit-server "
+                f"distribution beside orbit-sdk, or set {SERVER_COMMAND_ENV} to a command that "
+                "runs it"
+            ) from exc
         try:
             announced = _read_announcements(process, ("ORBIT_URL", "ORBIT_API_KEY"), timeout)
         except BaseException as exc:
