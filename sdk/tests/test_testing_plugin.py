@@ -75,7 +75,7 @@ def test_the_guide_passes_and_a_failing_handler_fails(tmp_path: Path) -> None:
     (tmp_path / "pytest.ini").write_text(INI)
     outcomes = run_pytest(tmp_path)
     broken = outcomes.pop("test_the_division_succeeds")
-    assert len(outcomes) == 9
+    assert len(outcomes) == 10
     assert set(outcomes.values()) == {"passed"}, outcomes
     assert broken.startswith("failure: AssertionError: TaskError(code='ZeroDivisionError'"), broken
 

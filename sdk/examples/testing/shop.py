@@ -1,5 +1,6 @@
-"""The application the testing guide tests: a worker with three handlers and a checkout
-workflow that prices an order, waits a day before reminding the customer, and reserves stock.
+"""The application the testing guide tests: a worker with three handlers and a typed task,
+and a checkout workflow that prices an order, waits a day before reminding the customer, and
+reserves stock.
 
 Run its tests with ``pytest sdk/examples/testing`` (``orbit-server`` installed beside
 ``orbit-sdk``: the tests start a real server).
@@ -8,6 +9,8 @@ Run its tests with ``pytest sdk/examples/testing`` (``orbit-server`` installed b
 from __future__ import annotations
 
 from datetime import timedelta
+
+import msgspec
 
 from orbit_sdk import RetryPolicy, Workflow
 from orbit_sdk.worker import NonRetryableError, TaskContext, Worker
@@ -31,6 +34,16 @@ async def reserve(ctx: TaskContext) -> dict[str, str]:
 @worker.handler(queue="shop", type="remind")
 def remind(ctx: TaskContext) -> dict[str, str]:
     return {"reminded": ctx.params["email"]}
+
+
+class Coupon(msgspec.Struct, frozen=True):
+    code: str
+    total_cents: int
+
+
+@worker.task(queue="shop", type="discount")
+def discount(coupon: Coupon) -> int:  # a typed task: ``discount`` is its TaskRef
+    return coupon.total_cents * 9 // 10 if coupon.code == "TEN" else coupon.total_cents
 
 
 checkout = Workflow("checkout", version="1", output="steps.reserve.output")

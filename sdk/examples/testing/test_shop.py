@@ -30,6 +30,17 @@ def test_an_empty_order_fails_at_once(orbit: OrbitTest) -> None:
     assert len(orbit.attempts_of(task.id)) == 1  # not retried
 
 
+def test_the_ten_percent_coupon(orbit: OrbitTest) -> None:
+    with orbit.worker(shop.worker) as worker:
+        handle = shop.discount.submit(orbit.client, shop.Coupon(code="TEN", total_cents=900))
+        assert shop.discount.result(orbit.wait_for_task(handle.id)) == 810
+        worker.fail_next(shop.discount.queue, shop.discount.type)
+        again = shop.discount.submit(orbit.client, shop.Coupon(code="NONE", total_cents=500))
+        task = orbit.wait_for_task(again.id, skip_waits=True)
+    assert shop.discount.result(task) == 500
+    assert [a.state for a in orbit.attempts_of(task.id)] == ["failed", "succeeded"]
+
+
 def test_checkout_reserves_after_a_day(orbit: OrbitTest) -> None:
     with orbit.worker(shop.worker):
         started = orbit.start_workflow(shop.checkout, ORDER)
