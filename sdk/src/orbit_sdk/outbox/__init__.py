@@ -1,0 +1,26 @@
+"""The transactional outbox: submit Orbit work in the business database's own transaction.
+
+``submit``, ``start_workflow`` and ``signal`` write one row into the ``orbit_outbox`` table on
+the caller's connection (SQLAlchemy ``Connection``/``Session``, or a psycopg, PyMySQL or
+sqlite3 connection) and never commit: the row exists exactly when the business rows do.
+``OutboxRelay`` (or the ``orbit-outbox-relay`` command) delivers committed rows to Orbit, each
+with its idempotency key, so a row delivered twice still makes one task. ``ddl(dialect)``
+gives the table's DDL for PostgreSQL, MySQL/MariaDB and SQLite. See ``docs/outbox.md``.
+"""
+
+from orbit_sdk.outbox._dialects import DIALECTS, ddl, ddl_statements
+from orbit_sdk.outbox._errors import OutboxError
+from orbit_sdk.outbox._relay import OutboxRelay, RelayStats
+from orbit_sdk.outbox._write import signal, start_workflow, submit
+
+__all__ = [
+    "DIALECTS",
+    "OutboxError",
+    "OutboxRelay",
+    "RelayStats",
+    "ddl",
+    "ddl_statements",
+    "signal",
+    "start_workflow",
+    "submit",
+]
