@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -153,10 +153,8 @@ class PostgreSQLServer:
         if self._root is not None and self._bin is not None:
             data = self._root / "data"
             if (data / "postmaster.pid").exists():
-                try:
+                with suppress(RuntimeError):
                     self._run(str(self._bin / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop")
-                except RuntimeError:
-                    pass
             shutil.rmtree(self._root, ignore_errors=True)
         self._root = None
 

@@ -89,7 +89,10 @@ class RelayStore:
             if not path:
                 raise OutboxError("unsupported_database", "sqlite URLs are sqlite:///path")
             # Autocommit mode: the store opens each transaction itself (BEGIN IMMEDIATE).
-            return sqlite3.connect(path, isolation_level=None, timeout=10)
+            # One thread at a time uses it (the relay awaits each call), not always the same.
+            return sqlite3.connect(
+                path, isolation_level=None, timeout=10, check_same_thread=False
+            )
         if self.dialect == "postgresql":
             import psycopg
 
