@@ -41,6 +41,7 @@ log = logging.getLogger("orbit_sdk.outbox")
 _RETRY_STATUSES = frozenset({401, 403, 408, 425, 429})
 _PRUNE_EVERY = timedelta(minutes=1)
 _PRUNE_LIMIT = 1000
+_PRUNE_ROUNDS = 10
 _MEASURE_EVERY = timedelta(seconds=5)
 _CALLS_AT_ONCE = 8
 
@@ -337,7 +338,11 @@ class OutboxRelay:
             counters.last_prune is None or now - counters.last_prune >= _PRUNE_EVERY
         ):
             counters.last_prune = now
-            await asyncio.to_thread(self._store.prune, now - self._retention, _PRUNE_LIMIT)
+            cutoff = now - self._retention
+            for _ in range(_PRUNE_ROUNDS):  # bounded, so that a pass stays short
+                pruned = await asyncio.to_thread(self._store.prune, cutoff, _PRUNE_LIMIT)
+                if pruned < _PRUNE_LIMIT:
+                    break
         if counters.last_measure is None or now - counters.last_measure >= _MEASURE_EVERY:
             await self.measure()
 

@@ -90,9 +90,7 @@ class RelayStore:
                 raise OutboxError("unsupported_database", "sqlite URLs are sqlite:///path")
             # Autocommit mode: the store opens each transaction itself (BEGIN IMMEDIATE).
             # One thread at a time uses it (the relay awaits each call), not always the same.
-            return sqlite3.connect(
-                path, isolation_level=None, timeout=10, check_same_thread=False
-            )
+            return sqlite3.connect(path, isolation_level=None, timeout=10, check_same_thread=False)
         if self.dialect == "postgresql":
             import psycopg
 
