@@ -1,12 +1,13 @@
-"""A business process for the acceptance test: ``python business.py DATABASE_URL COUNT``.
+"""A business process for the acceptance test: ``python -m tests.outbox.business URL QUEUE``.
 
-Each of COUNT transactions inserts an order and submits its task through the outbox, then
+Transaction after transaction inserts an order and submits its task through the outbox, then
 commits, except every third, which rolls back; after a rollback it prints ``R <row id>``.
 The test kills it with SIGKILL while it runs.
 """
 
 from __future__ import annotations
 
+import itertools
 import sys
 import uuid
 
@@ -14,12 +15,12 @@ from orbit_sdk import outbox
 from tests.outbox.conftest import connect
 
 
-def main(url: str, count: int) -> None:
+def main(url: str, queue: str) -> None:
     conn = connect(url)
-    for n in range(count):
+    for n in itertools.count():
         order = uuid.uuid4().hex
         cursor = conn.cursor()
-        row_id = outbox.submit(conn, "acceptance", "order", {"order": order})
+        row_id = outbox.submit(conn, queue, "order", {"order": order})
         cursor.execute("INSERT INTO orders (id, outbox_id) VALUES (%s, %s)", (order, row_id))
         cursor.close()
         if n % 3 == 2:
@@ -30,4 +31,4 @@ def main(url: str, count: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    main(sys.argv[1], sys.argv[2])

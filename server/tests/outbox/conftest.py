@@ -8,7 +8,6 @@ MariaDB server (or ``ORBIT_TEST_MYSQL_URL``), SQLite a file.
 
 from __future__ import annotations
 
-import itertools
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -32,10 +31,10 @@ from orbit_server.store import open_database
 from tests.conftest import SCOPE, make_key, orbit_app
 from tests.harness.postgresql import postgres_url_for_tests
 from tests.support.databases import MySQLServerForTests, SQLiteFiles
+from tests.support.processes import OrbitProcess
 
 DIALECTS = ("sqlite", "postgresql", "mariadb")
 ACCESS = [(dialect, via) for dialect in DIALECTS for via in ("dbapi", "sqlalchemy")]
-_names = itertools.count(1)
 
 
 class FakeClock:
@@ -52,15 +51,41 @@ class FakeClock:
         self.now += timedelta(seconds=seconds)
 
 
+@pytest.fixture(scope="session")
+def orbit_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """One ``orbit dev`` process for the tests of a test process that need a real server
+    (each uses queues of its own); answers its ``ORBIT_URL`` and ``ORBIT_API_KEY``."""
+    data_dir = tmp_path_factory.mktemp("orbit-dev")
+    process = OrbitProcess(["dev", "--data-dir", str(data_dir), "--port", "0"])
+    try:
+        yield dict(process.wait_for("ORBIT_URL", "ORBIT_API_KEY"))
+    finally:
+        assert process.stop() == 0
+
+
 @pytest.fixture
 def fake_clock() -> FakeClock:
     return FakeClock()
 
 
 @pytest.fixture(scope="session")
-def postgres_base_url() -> Iterator[str]:
-    with postgres_url_for_tests() as url:
-        yield url
+def postgres_database() -> Iterator[str]:
+    """A PostgreSQL database of this test process's own, dropped at the end."""
+    name = f"orbit_outbox_{os.getpid()}"
+    with postgres_url_for_tests() as base:
+        with psycopg.connect(base, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield _with_database(base, name)
+        finally:
+            with psycopg.connect(base, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _drop_tables(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS orbit_outbox, orders")
 
 
 def _with_database(url: str, database: str) -> str:
@@ -93,19 +118,11 @@ async def business_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
         create_table(url)
         yield url
         return
-    name = f"outbox_{os.getpid()}_{next(_names)}"
     if dialect == "postgresql":
-        base = request.getfixturevalue("postgres_base_url")
-        with psycopg.connect(base, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
-            admin.execute(f'CREATE DATABASE "{name}"')
-        url = _with_database(base, name)
+        url = request.getfixturevalue("postgres_database")
+        _drop_tables(url)  # a database per test process, emptied for each test: faster
         create_table(url)
-        try:
-            yield url
-        finally:
-            with psycopg.connect(base, autocommit=True) as admin:
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        yield url
         return
     server: MySQLServerForTests = request.getfixturevalue("mysql_server")
     name = await server.create()

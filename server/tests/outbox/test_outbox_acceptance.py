@@ -20,14 +20,13 @@ import pytest
 
 from orbit_sdk import Client
 from tests.outbox.conftest import connect, rows
-from tests.support.processes import OrbitProcess
 
 SERVER_DIR = Path(__file__).resolve().parents[2]
 
 
-def business(url: str, count: int) -> subprocess.Popen[str]:
+def business(url: str, queue: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.outbox.business", url, str(count)],
+        [sys.executable, "-m", "tests.outbox.business", url, queue],
         cwd=SERVER_DIR,
         stdout=subprocess.PIPE,
         text=True,
@@ -44,7 +43,7 @@ def relay(url: str, orbit_env: dict[str, str], name: str, logs: Path) -> subproc
         "--poll-interval",
         "0.05",
         "--lease",
-        "2",
+        "1.5",
         "--relay-id",
         name,
     ]
@@ -53,23 +52,30 @@ def relay(url: str, orbit_env: dict[str, str], name: str, logs: Path) -> subproc
         return subprocess.Popen(command, env=env, stderr=log, text=True)
 
 
-def count(url: str, where: str) -> int:
-    conn = connect(url)
-    try:
-        cursor = conn.cursor()
+class Watch:
+    """Counts outbox rows on a connection of its own, in autocommit mode, so that it can look
+    every few milliseconds (to catch a relay between its claim and its record)."""
+
+    def __init__(self, url: str) -> None:
+        self.conn = connect(url)
+        if callable(self.conn.autocommit):  # PyMySQL
+            self.conn.autocommit(True)
+        else:  # psycopg
+            self.conn.autocommit = True
+
+    def count(self, where: str = "1 = 1") -> int:
+        cursor = self.conn.cursor()
         cursor.execute(f"SELECT COUNT(*) FROM orbit_outbox WHERE {where}")
-        return int(cursor.fetchone()[0])
-    finally:
-        conn.rollback()
-        conn.close()
+        (found,) = cursor.fetchone()
+        cursor.close()
+        return int(found)
 
-
-def wait_until(check: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
+    def wait_until(self, where: str, at_least: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.count(where) < at_least:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"fewer than {at_least} rows where {where}")
+            time.sleep(0.002)
 
 
 def rolled_back(process: subprocess.Popen[str]) -> set[str]:
@@ -81,55 +87,54 @@ def rolled_back(process: subprocess.Popen[str]) -> set[str]:
 
 @pytest.mark.parametrize("business_url", ["postgresql", "mariadb"], indirect=True)
 def test_every_committed_row_becomes_exactly_one_task_through_kill_9(
-    business_url: str, tmp_path: Path
+    business_url: str, orbit_dev: dict[str, str], tmp_path: Path
 ) -> None:
+    queue = f"acceptance-{business_url.split(':', maxsplit=1)[0]}"
     conn = connect(business_url)
     conn.cursor().execute("CREATE TABLE orders (id VARCHAR(40) PRIMARY KEY, outbox_id VARCHAR(26))")
     conn.commit()
     conn.close()
-    orbit = OrbitProcess(["dev", "--data-dir", str(tmp_path / "orbit"), "--port", "0"])
+    watch = Watch(business_url)
     started: list[subprocess.Popen[str]] = []
     try:
-        orbit_env = orbit.wait_for("ORBIT_URL", "ORBIT_API_KEY")
         # 1. The business process dies between commits: its rows wait, nothing delivers them.
-        first = business(business_url, 100_000)
+        first = business(business_url, queue)
         started.append(first)
-        wait_until(lambda: count(business_url, "1 = 1") >= 150, 30, "150 committed rows")
+        watch.wait_until("1 = 1", 60, timeout=30)
         first.kill()
         first.wait()
         discarded = rolled_back(first)
         # 2. A relay dies between claiming a batch and recording what became of it.
-        doomed = relay(business_url, orbit_env, "doomed", tmp_path)
+        doomed = relay(business_url, orbit_dev, "doomed", tmp_path)
         started.append(doomed)
         mid_batch = "claimed_by = 'doomed' AND delivered_at IS NULL"
-        wait_until(lambda: count(business_url, mid_batch) > 0, 30, "a claimed batch")
+        watch.wait_until(mid_batch, 1, timeout=30)
         doomed.kill()
         doomed.wait()
-        assert count(business_url, mid_batch) > 0
+        assert watch.count(mid_batch) > 0
         # 3. Two relays at once, while another business process writes (and is killed too).
-        second = business(business_url, 100_000)
-        relays = [relay(business_url, orbit_env, name, tmp_path) for name in ("left", "right")]
+        second = business(business_url, queue)
+        relays = [relay(business_url, orbit_dev, name, tmp_path) for name in ("left", "right")]
         started += [second, *relays]
-        wait_until(lambda: count(business_url, "1 = 1") >= 300, 30, "300 rows")
+        watch.wait_until("1 = 1", 150, timeout=30)
         second.kill()
         second.wait()
         discarded |= rolled_back(second)
-        wait_until(
-            lambda: count(business_url, "delivered_at IS NULL") == 0, 60, "every row delivered"
-        )
+        deadline = time.monotonic() + 60
+        while watch.count("delivered_at IS NULL") > 0:
+            assert time.monotonic() < deadline, "rows left undelivered"
+            time.sleep(0.05)
         for process in relays:
             process.send_signal(signal.SIGTERM)
             assert process.wait(timeout=30) == 0, (tmp_path / "left.log").read_text()
         # What was committed is what the outbox holds (an order and its row, or neither).
         committed = {row["id"]: row for row in rows(business_url)}
-        conn = connect(business_url)
-        cursor = conn.cursor()
+        cursor = watch.conn.cursor()
         cursor.execute("SELECT outbox_id FROM orders")
         assert {outbox_id for (outbox_id,) in cursor.fetchall()} == set(committed)
-        conn.close()
         assert committed and discarded and not (discarded & set(committed))
-        with Client(orbit_env["ORBIT_URL"], orbit_env["ORBIT_API_KEY"]) as client:
-            tasks = list(client.iter_tasks(queue="acceptance", limit=500))
+        with Client(orbit_dev["ORBIT_URL"], orbit_dev["ORBIT_API_KEY"]) as client:
+            tasks = list(client.iter_tasks(queue=queue, limit=500))
         keys = [task.idempotency_key for task in tasks]
         assert len(keys) == len(set(keys)) == len(committed)  # one task per row, none twice
         assert set(keys) == set(committed)  # no rolled-back row made one
@@ -137,10 +142,10 @@ def test_every_committed_row_becomes_exactly_one_task_through_kill_9(
             assert committed[task.idempotency_key]["result"] == task.id
         print(f"{len(committed)} rows committed, {len(discarded)} rolled back, one task each")
     finally:
+        watch.conn.close()
         for process in started:
             if process.poll() is None:
                 process.kill()
                 process.wait()
             if process.stdout is not None:
                 process.stdout.close()
-        assert orbit.stop() == 0

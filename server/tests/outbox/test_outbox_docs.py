@@ -24,7 +24,6 @@ from orbit_sdk.outbox._cli import build_parser
 from orbit_sdk.outbox._cli import main as relay_main
 from tests.outbox.conftest import DIALECTS, connect, rows, sqlalchemy_engine
 from tests.outbox.test_outbox_relay import MakeClient
-from tests.support.processes import OrbitProcess
 
 ROOT = Path(__file__).resolve().parents[3]
 GUIDE = (ROOT / "docs" / "outbox.md").read_text()
@@ -101,21 +100,16 @@ async def test_async_sessions_and_connections_submit_through_run_sync(business_u
     assert len(rows(business_url)) == 2
 
 
-def test_the_orders_example_runs_as_a_script(tmp_path: Path) -> None:
-    orbit = OrbitProcess(["dev", "--data-dir", str(tmp_path / "orbit"), "--port", "0"])
-    try:
-        env = orbit.wait_for("ORBIT_URL", "ORBIT_API_KEY")
-        script = ROOT / "sdk" / "examples" / "outbox_orders.py"
-        done = subprocess.run(
-            [sys.executable, str(script), f"sqlite:///{tmp_path / 'orders.db'}"],
-            env={**env, "PATH": str(Path(sys.executable).parent)},
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    finally:
-        assert orbit.stop() == 0
+def test_the_orders_example_runs_as_a_script(tmp_path: Path, orbit_dev: dict[str, str]) -> None:
+    script = ROOT / "sdk" / "examples" / "outbox_orders.py"
+    done = subprocess.run(
+        [sys.executable, str(script), f"sqlite:///{tmp_path / 'orders.db'}"],
+        env={**orbit_dev, "PATH": str(Path(sys.executable).parent)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "order A-1001 placed" in done.stdout
     assert "delivered 1 row(s)" in done.stdout
