@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -15,7 +16,15 @@ from sqlalchemy.orm import Session
 
 from orbit_sdk import AsyncClient
 from orbit_sdk.outbox import OutboxError, OutboxRelay, ddl, signal, start_workflow, submit
-from tests.outbox.conftest import ACCESS, DIALECTS, FakeClock, connect, rows, sqlalchemy_engine
+from tests.outbox.conftest import (
+    ACCESS,
+    DIALECTS,
+    FakeClock,
+    connect,
+    create_table,
+    rows,
+    sqlalchemy_engine,
+)
 
 MakeClient = Callable[..., AsyncClient]
 
@@ -310,3 +319,28 @@ def test_each_dialect_has_its_ddl(dialect: str) -> None:
     assert "CREATE TABLE IF NOT EXISTS orbit_outbox" in text
     for column in ("claimed_until", "claimed_by", "next_attempt_at", "parked_at", "result"):
         assert column in text
+
+
+async def test_the_run_loop_waits_out_a_missing_database_and_delivers_once_it_is_there(
+    tmp_path: Path, orbit: MakeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = f"sqlite:///{tmp_path / 'not-yet' / 'business.db'}"
+    relay = OutboxRelay(url, orbit(), poll_interval=0.01, rand=lambda: 1.0)
+    running = asyncio.create_task(relay.run())
+    try:
+        async with asyncio.timeout(10):
+            while "outbox relay pass failed" not in caplog.text:
+                await asyncio.sleep(0.01)
+        (tmp_path / "not-yet").mkdir()
+        create_table(url)
+        with transaction(url, "dbapi") as conn:
+            row_id = submit(conn, "emails", "welcome")
+        async with asyncio.timeout(20):
+            while not rows(url)[0]["delivered_at"]:
+                await asyncio.sleep(0.01)
+        relay.stop()
+        await asyncio.wait_for(running, 5)
+    finally:
+        running.cancel()
+        await relay.aclose()
+    assert rows(url)[0]["id"] == row_id and relay.stats().delivered == 1
