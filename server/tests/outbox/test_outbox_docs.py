@@ -19,7 +19,7 @@ from alembic.operations import Operations
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
-from orbit_sdk import outbox
+from orbit_sdk import Client, outbox
 from orbit_sdk.outbox._cli import build_parser
 from orbit_sdk.outbox._cli import main as relay_main
 from tests.outbox.conftest import DIALECTS, connect, rows, sqlalchemy_engine
@@ -193,3 +193,33 @@ def test_the_relay_command_needs_a_database(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.delenv("ORBIT_OUTBOX_DATABASE_URL", raising=False)
     assert relay_main(["--url", "http://127.0.0.1:1"]) == 2
     assert relay_main(["--database-url", "oracle://x/y", "--url", "http://127.0.0.1:1"]) == 2
+
+
+def test_the_relay_command_creates_the_table_and_delivers_once(
+    tmp_path: Path, orbit_dev: dict[str, str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'shop.db'}"
+    command = [str(Path(sys.executable).with_name("orbit-outbox-relay")), "--database-url", url]
+
+    def run(*options: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [*command, *options],
+            env=orbit_dev,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return done
+
+    run("--create-table", "--once")
+    conn = connect(url)
+    row_id = outbox.submit(conn, "cli-once", "welcome", {"user": 7})
+    conn.commit()
+    conn.close()
+    assert "1 row(s) claimed" in run("--once").stderr
+    assert rows(url)[0]["result"] is not None
+    with Client(orbit_dev["ORBIT_URL"], orbit_dev["ORBIT_API_KEY"]) as client:
+        [task] = list(client.iter_tasks(queue="cli-once"))
+    assert task.idempotency_key == row_id and task.id == rows(url)[0]["result"]
