@@ -189,6 +189,12 @@ def test_print_ddl_prints_the_dialects_ddl(
     assert capsys.readouterr().out == outbox.ddl(dialect)
 
 
+def test_the_relay_command_refuses_a_batch_orbit_would_refuse() -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["--batch-size", "1001"])
+    assert exited.value.code == 2
+
+
 def test_the_relay_command_needs_a_database(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ORBIT_OUTBOX_DATABASE_URL", raising=False)
     assert relay_main(["--url", "http://127.0.0.1:1"]) == 2

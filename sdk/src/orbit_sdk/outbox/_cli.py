@@ -20,6 +20,7 @@ from typing import Final
 
 from orbit_sdk._client import AsyncClient
 from orbit_sdk._config import API_KEY_ENV, URL_ENV, ConfigurationError
+from orbit_sdk._models import MAX_BATCH
 from orbit_sdk._redact import RedactSecrets
 from orbit_sdk.outbox._dialects import DIALECTS, ddl
 from orbit_sdk.outbox._errors import OutboxError
@@ -45,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--url", help=f"the Orbit server URL (default: ${URL_ENV})")
     parser.add_argument("--api-key", help=f"a submitter API key (default: ${API_KEY_ENV})")
-    parser.add_argument("--batch-size", type=_positive_int, default=100, help="rows per pass")
+    parser.add_argument(
+        "--batch-size", type=_batch_size, default=100, help=f"rows per pass (1 to {MAX_BATCH})"
+    )
     parser.add_argument(
         "--poll-interval", type=_positive_float, default=1.0, help="seconds between empty passes"
     )
@@ -140,6 +143,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {text}")
+    return value
+
+
+def _batch_size(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_BATCH:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_BATCH}: {text}")
     return value
 
 
