@@ -16,7 +16,6 @@ import pytest
 import sqlalchemy
 from alembic.migration import MigrationContext
 from alembic.operations import Operations
-from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
 from orbit_sdk import Client, outbox
@@ -81,23 +80,6 @@ async def test_an_order_and_its_outbox_row_commit_or_roll_back_together(
     [task] = [task async for task in client.iter_tasks(queue="emails")]
     assert task.params == {"order": "A-1001", "email": "ada@example.com"}
     assert task.idempotency_key == row_id
-
-
-@pytest.mark.parametrize("business_url", ["postgresql"], indirect=True)
-async def test_async_sessions_and_connections_submit_through_run_sync(business_url: str) -> None:
-    engine = create_async_engine(business_url.replace("postgresql://", "postgresql+psycopg://"))
-    try:
-        async with AsyncSession(engine) as session, session.begin():
-            await session.run_sync(
-                lambda sync_session: outbox.submit(sync_session, "emails", "welcome", {"n": 1})
-            )
-        async with engine.begin() as conn:
-            await conn.run_sync(
-                lambda sync_conn: outbox.submit(sync_conn, "emails", "welcome", {"n": 2})
-            )
-    finally:
-        await engine.dispose()
-    assert len(rows(business_url)) == 2
 
 
 def test_the_orders_example_runs_as_a_script(tmp_path: Path, orbit_dev: dict[str, str]) -> None:

@@ -8,6 +8,7 @@ database libraries are imported only to recognise a SQLAlchemy connection, never
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,7 +19,19 @@ from orbit_sdk.outbox._dialects import Dialect, dialect_named, pyformat, queries
 from orbit_sdk.outbox._errors import OutboxError
 from orbit_sdk.outbox._ids import new_id
 
-__all__ = ["KIND_SIGNAL", "KIND_TASK", "KIND_WORKFLOW", "signal", "start_workflow", "submit"]
+__all__ = [
+    "KIND_SIGNAL",
+    "KIND_TASK",
+    "KIND_WORKFLOW",
+    "Row",
+    "signal",
+    "signal_row",
+    "start_workflow",
+    "submit",
+    "task_row",
+    "workflow_row",
+    "write_row",
+]
 
 KIND_TASK = "task"
 KIND_WORKFLOW = "workflow"
@@ -57,6 +70,101 @@ def submit(
     task. Rows of one ``aggregate_key`` are delivered one after the other, in id order.
     Answers the row's id.
     """
+    row = task_row(
+        queue,
+        type,
+        params,
+        idempotency_key=idempotency_key,
+        aggregate_key=aggregate_key,
+        priority=priority,
+        run_at=run_at,
+        delay_ms=delay_ms,
+        concurrency_key=concurrency_key,
+        fairness_key=fairness_key,
+        side_effect=side_effect,
+        handler_version=handler_version,
+        retry=retry,
+        timeout_ms=timeout_ms,
+        labels=labels,
+        traceparent=traceparent,
+    )
+    write_row(conn, row)
+    return row.id
+
+
+def start_workflow(
+    conn: Any,
+    definition: str,
+    input: Any = None,
+    *,
+    version: str | None = None,
+    idempotency_key: str | None = None,
+    aggregate_key: str | None = None,
+) -> str:
+    """Write a workflow start into ``orbit_outbox`` on ``conn``; see :func:`submit`. The
+    arguments are those of :meth:`orbit_sdk.Client.start_workflow`. Answers the row's id."""
+    row = workflow_row(definition, input, version, idempotency_key, aggregate_key)
+    write_row(conn, row)
+    return row.id
+
+
+def signal(
+    conn: Any,
+    workflow_id: str,
+    name: str,
+    payload: Any = None,
+    *,
+    idempotency_key: str | None = None,
+    aggregate_key: str | None = None,
+) -> str:
+    """Write a workflow signal into ``orbit_outbox`` on ``conn``; see :func:`submit`. The
+    arguments are those of :meth:`orbit_sdk.Client.signal_workflow`. Answers the row's id."""
+    row = signal_row(workflow_id, name, payload, idempotency_key, aggregate_key)
+    write_row(conn, row)
+    return row.id
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One outbox row, validated and encoded, not yet written."""
+
+    id: str
+    kind: str
+    payload: str
+    aggregate_key: str | None
+    now: datetime
+
+    def insert(self, dialect: Dialect) -> tuple[str, dict[str, Any]]:
+        """The ``INSERT`` of this row and its parameters (``:name`` placeholders)."""
+        params = {
+            "id": self.id,
+            "kind": self.kind,
+            "payload": self.payload,
+            "aggregate_key": self.aggregate_key,
+            "now": time_param(dialect, self.now),
+        }
+        return queries_for(dialect).insert, params
+
+
+def task_row(
+    queue: str,
+    type: str,
+    params: Any,
+    *,
+    idempotency_key: str | None,
+    aggregate_key: str | None,
+    priority: int | None,
+    run_at: datetime | str | None,
+    delay_ms: int | None,
+    concurrency_key: str | None,
+    fairness_key: str | None,
+    side_effect: SideEffect | None,
+    handler_version: str | None,
+    retry: RetryPolicy | None,
+    timeout_ms: int | None,
+    labels: Mapping[str, str] | None,
+    traceparent: str | None,
+) -> Row:
     now = datetime.now(UTC)
     if delay_ms is not None:
         if run_at is not None:
@@ -88,21 +196,16 @@ def submit(
     body: dict[str, Any] = {"request": request}
     if traceparent is not None:
         body["traceparent"] = traceparent
-    _write(conn, row_id, KIND_TASK, body, aggregate_key, now)
-    return row_id
+    return _row(row_id, KIND_TASK, body, aggregate_key, now)
 
 
-def start_workflow(
-    conn: Any,
+def workflow_row(
     definition: str,
-    input: Any = None,
-    *,
-    version: str | None = None,
-    idempotency_key: str | None = None,
-    aggregate_key: str | None = None,
-) -> str:
-    """Write a workflow start into ``orbit_outbox`` on ``conn``; see :func:`submit`. The
-    arguments are those of :meth:`orbit_sdk.Client.start_workflow`. Answers the row's id."""
+    input: Any,
+    version: str | None,
+    idempotency_key: str | None,
+    aggregate_key: str | None,
+) -> Row:
     if not definition:
         raise OutboxError("invalid_request", "definition must not be empty")
     row_id = new_id()
@@ -112,21 +215,16 @@ def start_workflow(
         "version": version,
         "idempotency_key": idempotency_key or row_id,
     }
-    _write(conn, row_id, KIND_WORKFLOW, body, aggregate_key, datetime.now(UTC))
-    return row_id
+    return _row(row_id, KIND_WORKFLOW, body, aggregate_key, datetime.now(UTC))
 
 
-def signal(
-    conn: Any,
+def signal_row(
     workflow_id: str,
     name: str,
-    payload: Any = None,
-    *,
-    idempotency_key: str | None = None,
-    aggregate_key: str | None = None,
-) -> str:
-    """Write a workflow signal into ``orbit_outbox`` on ``conn``; see :func:`submit`. The
-    arguments are those of :meth:`orbit_sdk.Client.signal_workflow`. Answers the row's id."""
+    payload: Any,
+    idempotency_key: str | None,
+    aggregate_key: str | None,
+) -> Row:
     if not workflow_id or not name:
         raise OutboxError("invalid_request", "workflow_id and name must not be empty")
     row_id = new_id()
@@ -136,33 +234,25 @@ def signal(
         "payload": payload,
         "idempotency_key": idempotency_key or row_id,
     }
-    _write(conn, row_id, KIND_SIGNAL, body, aggregate_key, datetime.now(UTC))
-    return row_id
+    return _row(row_id, KIND_SIGNAL, body, aggregate_key, datetime.now(UTC))
 
 
-def _write(
-    conn: Any,
-    row_id: str,
-    kind: str,
-    body: dict[str, Any],
-    aggregate_key: str | None,
-    now: datetime,
-) -> None:
+def _row(
+    row_id: str, kind: str, body: dict[str, Any], aggregate_key: str | None, now: datetime
+) -> Row:
     try:
         payload = msgspec.json.encode(body).decode()
     except (TypeError, msgspec.EncodeError) as exc:
         raise OutboxError("invalid_request", f"the {kind} is not JSON: {exc}") from None
     if aggregate_key is not None and not 0 < len(aggregate_key) <= 255:
         raise OutboxError("invalid_request", "aggregate_key must hold 1 to 255 characters")
+    return Row(row_id, kind, payload, aggregate_key, now)
+
+
+def write_row(conn: Any, row: Row) -> None:
+    """Write ``row`` on a synchronous connection, in its current transaction."""
     dialect, execute = _executor(conn)
-    params = {
-        "id": row_id,
-        "kind": kind,
-        "payload": payload,
-        "aggregate_key": aggregate_key,
-        "now": time_param(dialect, now),
-    }
-    execute(queries_for(dialect).insert, params)
+    execute(*row.insert(dialect))
 
 
 def _executor(conn: Any) -> tuple[Dialect, _Execute]:
@@ -204,7 +294,7 @@ def _sqlalchemy_executor(conn: Any) -> tuple[Dialect, _Execute]:
         raise OutboxError(
             "unsupported_connection",
             f"cannot write outbox rows on a {type(conn).__qualname__}: pass a SQLAlchemy "
-            "Connection or Session (for AsyncSession, use run_sync)",
+            "Connection or Session (for AsyncSession or AsyncConnection, use submit_async)",
         )
     dialect = dialect_named(connection.dialect.name)
 
