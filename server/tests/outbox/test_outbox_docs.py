@@ -7,11 +7,14 @@ from __future__ import annotations
 import importlib.util
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
+import httpx2
 import pytest
 import sqlalchemy
 from alembic.migration import MigrationContext
@@ -21,6 +24,7 @@ from sqlalchemy.orm import Session
 from orbit_sdk import Client, outbox
 from orbit_sdk.outbox._cli import build_parser
 from orbit_sdk.outbox._cli import main as relay_main
+from tests.harness.mariadb import free_port
 from tests.outbox.conftest import DIALECTS, connect, rows, sqlalchemy_engine
 from tests.outbox.test_outbox_relay import MakeClient
 
@@ -211,3 +215,32 @@ def test_the_relay_command_creates_the_table_and_delivers_once(
     with Client(orbit_dev["ORBIT_URL"], orbit_dev["ORBIT_API_KEY"]) as client:
         [task] = list(client.iter_tasks(queue="cli-once"))
     assert task.idempotency_key == row_id and task.id == rows(url)[0]["result"]
+
+
+def test_the_relay_command_serves_prometheus_metrics(
+    tmp_path: Path, orbit_dev: dict[str, str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'shop.db'}"
+    port = free_port()
+    relay = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("orbit-outbox-relay")),
+            *("--database-url", url, "--create-table", "--metrics-port", str(port)),
+        ],
+        env=orbit_dev,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                text = httpx2.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+                break
+            except httpx2.TransportError:
+                assert time.monotonic() < deadline and relay.poll() is None
+                time.sleep(0.05)  # the server comes up in its own process: nothing to wait on
+        assert "orbit_outbox_backlog 0.0" in text
+        assert "orbit_outbox_delivered_total 0.0" in text
+    finally:
+        relay.send_signal(signal.SIGTERM)
+        assert relay.wait(timeout=30) == 0
