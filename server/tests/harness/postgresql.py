@@ -34,6 +34,7 @@ __all__ = ["PostgreSQLServer", "find_postgres_bin", "postgres_url_for_tests"]
 
 URL_ENV = "ORBIT_TEST_POSTGRES_URL"
 _TIMEOUT = 120.0
+_OWNER_FILE = "owner.pid"
 
 
 def find_postgres_bin() -> Path | None:
@@ -113,7 +114,9 @@ class PostgreSQLServer:
         self._bin = _ensure_bin()
         shm = Path("/dev/shm")  # noqa: S108 - a private directory is made inside
         parent = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+        self._remove_abandoned(Path(parent or tempfile.gettempdir()))
         self._root = Path(tempfile.mkdtemp(prefix="orbit-postgres-", dir=parent))
+        (self._root / _OWNER_FILE).write_text(str(os.getpid()))
         self._root.chmod(0o755)
         if os.geteuid() == 0:
             entry = pwd.getpwnam("postgres")
@@ -148,6 +151,27 @@ class PostgreSQLServer:
             "60",
             "start",
         )
+
+    def _remove_abandoned(self, parent: Path) -> None:
+        """Stop the servers and delete the directories of test runs that were killed: pg_ctl
+        detaches the server, so it outlives a killed run unless a later one stops it."""
+        assert self._bin is not None
+        for candidate in parent.glob("orbit-postgres-*"):
+            try:
+                owner = int((candidate / _OWNER_FILE).read_text().strip() or 0)
+                os.kill(owner, 0)
+                continue  # its run is alive
+            except ProcessLookupError:
+                pass
+            except (OSError, ValueError):
+                continue
+            if (candidate / "data" / "postmaster.pid").exists():
+                with suppress(RuntimeError, subprocess.TimeoutExpired):
+                    self._run(
+                        str(self._bin / "pg_ctl"), "-D", str(candidate / "data"), "-m",
+                        "immediate", "stop",
+                    )  # fmt: skip
+            shutil.rmtree(candidate, ignore_errors=True)
 
     def cleanup(self) -> None:
         if self._root is not None and self._bin is not None:

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 import psycopg
+import pytest
 
 from .postgresql import PostgreSQLServer
 
@@ -16,3 +23,26 @@ def test_a_private_server_answers_and_is_removed_afterwards() -> None:
             [(port,)] = conn.execute("SHOW port").fetchall()
         assert "PostgreSQL" in version and int(port) == server.port
     assert not root.exists()
+
+
+def test_a_server_left_by_a_killed_run_is_stopped_and_removed_by_the_next() -> None:
+    script = (
+        "from tests.harness.postgresql import PostgreSQLServer\n"
+        "server = PostgreSQLServer(); server.start(); print(server._root, flush=True)\n"
+        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    killed = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL
+    left = Path(killed.stdout.strip())
+    pid = int((left / "data" / "postmaster.pid").read_text().split()[0])
+    with PostgreSQLServer():
+        assert not left.exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
