@@ -49,6 +49,7 @@ EXPECTED_PUBLIC_NAMES = {
     "TaskHandle",
     "TaskOwner",
     "TaskPage",
+    "TaskProgress",
     "TaskRef",
     "TaskRequest",
     "TaskStep",

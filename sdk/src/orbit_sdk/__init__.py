@@ -38,6 +38,7 @@ from orbit_sdk._models import (
     TaskError,
     TaskOwner,
     TaskPage,
+    TaskProgress,
     TaskRequest,
 )
 from orbit_sdk._redact import RedactSecrets
@@ -112,6 +113,7 @@ __all__ = [
     "TaskHandle",
     "TaskOwner",
     "TaskPage",
+    "TaskProgress",
     "TaskRef",
     "TaskRequest",
     "TaskStep",

@@ -88,6 +88,15 @@ class TaskOwner(msgspec.Struct, frozen=True, kw_only=True):
     step: str | None = None
 
 
+class TaskProgress(msgspec.Struct, frozen=True, kw_only=True):
+    """What a handler last reported with ``ctx.progress``: its ``details`` (the JSON object it
+    passed) and when Orbit recorded them; on a task, ``attempt`` says which attempt reported."""
+
+    details: dict[str, Any]
+    reported_at: datetime | None = None
+    attempt: int | None = None
+
+
 class Task(msgspec.Struct, frozen=True, kw_only=True):
     """A task as Orbit reports it. Times are timezone-aware UTC datetimes.
 
@@ -123,6 +132,8 @@ class Task(msgspec.Struct, frozen=True, kw_only=True):
     timeout_ms: int
     retry: RetryPolicy
     cancel_reason: str | None = None
+    progress: TaskProgress | None = None
+    """What the handler of its latest attempt last reported (``get_task`` only)."""
 
     @property
     def is_terminal(self) -> bool:
@@ -151,6 +162,8 @@ class Attempt(msgspec.Struct, frozen=True, kw_only=True):
     ended_at: datetime | None = None
     lease_expires_at: datetime | None = None
     error: TaskError | None = None
+    progress: TaskProgress | None = None
+    """What its handler last reported (``ctx.progress``)."""
 
 
 class Queue(msgspec.Struct, frozen=True, kw_only=True):

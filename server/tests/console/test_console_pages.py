@@ -13,10 +13,11 @@ from orbit_server.api.app import OrbitApp
 from orbit_server.audit import Actor
 from orbit_server.console.app import build_console
 from orbit_server.governance.keys import Role
+from orbit_server.pulse.leasing import Renew, Want
 from orbit_server.pulse.model import TaskSpec
 from orbit_server.runtime.node import Node
 from tests.conftest import SCOPE, make_key, shared_litestar
-from tests.service.weave_support import body, task
+from tests.service.weave_support import WORKER, body, task
 
 CSRF = re.compile(r'name="csrf" value="([0-9a-f]+)"')
 
@@ -211,3 +212,20 @@ async def test_a_worker_key_cannot_sign_in(console: httpx2.AsyncClient, node: No
     key = await make_key(node, SCOPE, Role.WORKER)
     refused = await console.post("/console/sign-in", data={"key": key, "next": "/console/"})
     assert refused.status_code == 403 and "set-cookie" not in refused.headers
+
+
+async def test_the_task_page_shows_the_latest_progress(
+    console: httpx2.AsyncClient, node: Node
+) -> None:
+    await sign_in(console, await make_key(node, SCOPE, Role.OPERATOR))
+    [submitted] = await node.tasks.submit_many(SCOPE, [TaskSpec(queue="mail", type="send")])
+    [lease] = await node.workers.claim(SCOPE, WORKER, [Want(queue="mail", type="send", free=1)],
+                                       limit=1)  # fmt: skip
+    await node.workers.start(lease.ref)
+    page = (await console.get(f"/console/tasks/{submitted.task.id}")).text
+    assert "<h2>Progress</h2>" not in page  # nothing reported yet
+    await node.workers.renew([Renew(lease.ref, '{"done": 40, "total": 100, "stage": "<b>"}')])
+    page = (await console.get(f"/console/tasks/{submitted.task.id}")).text
+    assert "<h2>Progress</h2>" in page and "Attempt 1, reported" in page
+    assert '<progress value="40.0" max="100.0">' in page
+    assert "&lt;b&gt;" in page and "<b>" not in page  # escaped like every other value

@@ -111,3 +111,42 @@ async def test_the_attempts_of_many_tasks_come_in_one_read(db: Database, clock: 
     found = await db.read(lambda tx: attempt_store.attempts_of_tasks(tx, ["t1", "t2", "t3"]))
     assert {t: [a.number for a in rows] for t, rows in found.items()} == {"t1": [1], "t2": [1]}
     assert await db.read(lambda tx: attempt_store.attempts_of_tasks(tx, [])) == {}
+
+
+@pytest.mark.covers("attempts_progress_set", "attempts_of_tasks")
+async def test_progress_is_recorded_on_its_attempt_and_read_with_it(
+    db: Database, clock: FakeClock
+) -> None:
+    now = clock.now()
+    later = now + timedelta(seconds=3)
+    details = {"done": 40, "total": 100, "stage": "upload", "note": "ünïcode"}
+
+    async def unit(tx: Tx) -> None:
+        await attempt_store.attempts_insert(tx, [leased(clock, "a"), leased(clock, "b")], now)
+        await attempt_store.attempts_insert(tx, [leased(clock, "a", epoch=2)], now)
+        attempt_store.attempts_progress_set(
+            tx, [attempt_store.ProgressReport("a", 1, '{"done": 1}')], now
+        )
+        attempt_store.attempts_progress_set(tx, [], now)
+        # A later report replaces the earlier one; a report names one attempt only.
+        attempt_store.attempts_progress_set(
+            tx,
+            [
+                attempt_store.ProgressReport("a", 2, '{"done":40,"total":100,"stage":"upload",'
+                                                      '"note":"ünïcode"}'),
+                attempt_store.ProgressReport("a", 1, '{"done": 2}'),
+            ],
+            later,
+        )  # fmt: skip
+
+    await db.run(unit)
+
+    async def read(tx: Tx) -> dict[str, list[Attempt]]:
+        return await attempt_store.attempts_of_tasks(tx, ["a", "b"])
+
+    found = await db.read(read)
+    first, second = found["a"]
+    assert (first.progress, first.progress_at) == ({"done": 2}, later)
+    assert (second.progress, second.progress_at) == (details, later)
+    [other] = found["b"]
+    assert (other.progress, other.progress_at) == (None, None)

@@ -9,9 +9,14 @@ from collections.abc import Mapping, MutableMapping
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from orbit_sdk.worker._errors import TaskCancelled
+from orbit_sdk.worker._protocol import MAX_PROGRESS_BYTES
 
 __all__ = ["TaskContext"]
+
+_encoder = msgspec.json.Encoder()
 
 
 class _TaskLoggerAdapter(logging.LoggerAdapter[logging.Logger]):
@@ -76,6 +81,8 @@ class TaskContext:
         self._cancelled_async = asyncio.Event()
         self._cancel_reason: str | None = None
         self._cancel_requested = False
+        self._progress_lock = threading.Lock()
+        self._progress: dict[str, Any] | None = None  # reported, not yet sent
 
     def __repr__(self) -> str:
         return (
@@ -106,6 +113,41 @@ class TaskContext:
         """Raise :class:`TaskCancelled` when the attempt is cancelled."""
         if self.cancelled:
             raise TaskCancelled(self._cancel_reason or "the task was cancelled")
+
+    def progress(self, details: Mapping[str, Any]) -> None:
+        """Report how far the handler has got: a small JSON object, such as
+        ``{"done": 40, "total": 100, "stage": "upload"}``.
+
+        The latest report is sent with the worker's next heartbeat, and Orbit shows it on the
+        task (``progress`` of ``GET /v1/tasks/{id}``) and in the console; reports made between
+        two heartbeats replace each other, so call it as often as is convenient. Safe from
+        sync handlers (any thread) and async ones.
+
+        Raises ``ValueError`` when ``details`` is not a JSON object with string keys or its
+        JSON is larger than 4 KiB.
+        """
+        if not isinstance(details, Mapping):
+            raise ValueError(f"progress details must be a JSON object, not {type(details)!r}")
+        if not all(isinstance(key, str) for key in details):
+            raise ValueError("progress details must have string keys")
+        try:
+            encoded = _encoder.encode(dict(details))
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise ValueError(f"progress details cannot be encoded as JSON: {exc}") from None
+        if len(encoded) > MAX_PROGRESS_BYTES:
+            raise ValueError(
+                f"progress details are {len(encoded)} bytes as JSON; at most "
+                f"{MAX_PROGRESS_BYTES} are allowed"
+            )
+        copy = msgspec.json.decode(encoded)  # the value as reported, whatever changes later
+        with self._progress_lock:
+            self._progress = copy
+
+    def _take_progress(self) -> dict[str, Any] | None:
+        """The progress reported since the last call (for the next heartbeat), if any."""
+        with self._progress_lock:
+            progress, self._progress = self._progress, None
+        return progress
 
     def _cancel(self, reason: str | None, *, requested: bool) -> bool:
         """Signal cancellation (on the event loop's thread); ``True`` the first time."""

@@ -26,6 +26,7 @@ __all__ = [
     "Frame",
     "HandlerInfo",
     "Heartbeat",
+    "HeartbeatItem",
     "HeldVerdict",
     "Hello",
     "Ref",
@@ -49,6 +50,7 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION: Final = 1
+MAX_PROGRESS_BYTES: Final = 4096  # a progress report, as JSON (docs/protocol.md, heartbeat)
 
 Outcome: TypeAlias = Literal["succeeded", "failed", "cancelled"]
 SideEffect: TypeAlias = Literal["idempotent", "unsafe"]
@@ -95,9 +97,16 @@ class Start(Frame, tag="start"):
     items: list[Ref]
 
 
+class HeartbeatItem(Ref, frozen=True, kw_only=True, omit_defaults=True):
+    """A held attempt, with its handler's latest progress when that changed since the
+    previous heartbeat (a server that predates the field ignores it)."""
+
+    progress: dict[str, Any] | None = None
+
+
 class Heartbeat(Frame, tag="heartbeat"):
     id: int
-    items: list[Ref]
+    items: list[HeartbeatItem]
 
 
 class ErrorInfo(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -28,6 +28,7 @@ from orbit_sdk.worker._protocol import (
     Error,
     Frame,
     Heartbeat,
+    HeartbeatItem,
     Hello,
     Release,
     Released,
@@ -312,7 +313,7 @@ class Session:
             held = list(rt.attempts.values())
             if held:
                 request_id = self._request("heartbeat", held, now, mark=False)
-                frames.append(Heartbeat(id=request_id, items=[a.ref for a in held]))
+                frames.append(Heartbeat(id=request_id, items=[_heartbeat_item(a) for a in held]))
         if not rt.accepting:
             rt.release_unstarted()
         # Starts only for free slots: the other delivered attempts (prefetched) wait, leased
@@ -397,3 +398,13 @@ def _chunks(items: list[T], size: int) -> Iterator[list[T]]:
 
 def _tag(frame: Frame) -> str:
     return str(type(frame).__struct_config__.tag)
+
+
+def _heartbeat_item(attempt: Attempt) -> HeartbeatItem:
+    """An attempt's reference, with the progress its handler reported since the last
+    heartbeat (only the latest report is sent)."""
+    ref = attempt.ref
+    progress = attempt.context._take_progress() if attempt.context is not None else None
+    return HeartbeatItem(
+        task_id=ref.task_id, attempt=ref.attempt, lease_token=ref.lease_token, progress=progress
+    )

@@ -104,6 +104,33 @@ class TaskUnserved(msgspec.Struct):
         return cls(reason, UNSERVED_MESSAGES.get(reason, reason))
 
 
+class Progress(msgspec.Struct):
+    """What an attempt's handler last reported with ``ctx.progress`` and when it was recorded."""
+
+    details: dict[str, Any]
+    reported_at: str | None
+
+    @classmethod
+    def of(cls, attempt: pulse_model.Attempt) -> Progress | None:
+        if attempt.progress is None:
+            return None
+        return cls(attempt.progress, to_rfc3339(attempt.progress_at))
+
+
+class TaskProgress(msgspec.Struct):
+    """What the handler of a task's latest attempt last reported, and which attempt that is."""
+
+    attempt: int
+    details: dict[str, Any]
+    reported_at: str | None
+
+    @classmethod
+    def of(cls, attempt: pulse_model.Attempt) -> TaskProgress | None:
+        if attempt.progress is None:
+            return None
+        return cls(attempt.number, attempt.progress, to_rfc3339(attempt.progress_at))
+
+
 class Task(msgspec.Struct):
     id: str
     queue: str
@@ -132,6 +159,8 @@ class Task(msgspec.Struct):
     cancel_reason: str | None
     # GET /v1/tasks/{id} of a pending task that no connected worker could take: why.
     unserved: TaskUnserved | None = None
+    # GET /v1/tasks/{id}: what the handler of its latest attempt last reported.
+    progress: TaskProgress | None = None
 
     @classmethod
     def of(cls, task: pulse_model.Task) -> Task:
@@ -195,6 +224,7 @@ class Attempt(msgspec.Struct):
     ended_at: str | None
     lease_expires_at: str | None
     error: dict[str, Any] | None
+    progress: Progress | None
 
     @classmethod
     def of(cls, attempt: pulse_model.Attempt) -> Attempt:
@@ -210,6 +240,7 @@ class Attempt(msgspec.Struct):
             ended_at=to_rfc3339(attempt.ended_at),
             lease_expires_at=to_rfc3339(attempt.lease_expires_at),
             error=attempt.error,
+            progress=Progress.of(attempt),
         )
 
 

@@ -25,6 +25,7 @@ from orbit_server.errors import Unavailable
 from orbit_server.pulse.worker import (
     LeaseRef,
     Outcome,
+    Renew,
     Renewal,
     Report,
     StartAnswer,
@@ -174,7 +175,7 @@ class Coalescer:
     def __init__(
         self,
         start: Callable[[list[LeaseRef]], Awaitable[list[StartAnswer]]],
-        renew: Callable[[list[LeaseRef]], Awaitable[list[Renewal]]],
+        renew: Callable[[list[Renew]], Awaitable[list[Renewal]]],
         report: Callable[[list[Report]], Awaitable[list[Outcome]]],
         *,
         hold_s: float = HOLD_S,
@@ -184,7 +185,7 @@ class Coalescer:
         self.starts: _Queue[LeaseRef, StartAnswer] = _Queue(
             start, max_items=max_items, lanes=lanes, ended=self._recorded
         )
-        self.renewals: _Queue[LeaseRef, Renewal] = _Queue(renew, max_items=max_items, lanes=lanes)
+        self.renewals: _Queue[Renew, Renewal] = _Queue(renew, max_items=max_items, lanes=lanes)
         self.results: _Queue[Report, Outcome] = _Queue(report, max_items=max_items, lanes=lanes)
         self._hold_s = hold_s
         # eager starts not committed yet: held, or queued or being recorded after the hold
@@ -227,8 +228,9 @@ class Coalescer:
         for future in futures:
             future.add_done_callback(one_done)
 
-    async def renew(self, refs: Sequence[LeaseRef]) -> list[Renewal]:
-        return await self.renewals.submit(refs)
+    async def renew(self, items: Sequence[Renew]) -> list[Renewal]:
+        """Extend leases, recording the progress items carry (in the next renewals' batch)."""
+        return await self.renewals.submit(items)
 
     async def report(self, reports: Sequence[Report]) -> list[Outcome]:
         """Record results; an eager start still held (or queued) goes with its result, one

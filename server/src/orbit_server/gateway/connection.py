@@ -25,6 +25,7 @@ from orbit_server.pulse.states import Event
 from orbit_server.pulse.worker import (
     Lease,
     LeaseRef,
+    Renew,
     RenewVerdict,
     Report,
     Session,
@@ -214,6 +215,8 @@ class Connection:
             return
         if isinstance(frame, p.Hello):
             raise ProtocolViolation("hello was already received")
+        if isinstance(frame, p.Heartbeat):
+            _check_progress(frame)
         await self._requests.put(frame)
 
     def end_requests(self) -> None:
@@ -305,8 +308,14 @@ class Connection:
         for _, held in self._ledger.unlisted(self.account, listed):  # given up by the worker
             if held.queue:
                 self._dispatcher.wake(self.scope, held.queue)
-        refs = [_ref(item, self.session) for item in frame.items]
-        renewals = await self._coalescer.renew(refs)
+        items = [
+            Renew(
+                _ref(item, self.session),
+                None if item.progress is None else p.encode_value(item.progress).decode(),
+            )
+            for item in frame.items
+        ]
+        renewals = await self._coalescer.renew(items)
         answers = []
         for renewal in renewals:
             if renewal.verdict is RenewVerdict.STALE:
@@ -374,6 +383,18 @@ def _refusal(exc: OrbitError, request_id: int | None) -> p.Error:
         )
     log.warning("worker request refused", code=exc.code, reason=exc.message)
     return p.Error(code="invalid_request", message=exc.message, re=request_id)
+
+
+def _check_progress(frame: p.Heartbeat) -> None:
+    """A heartbeat's progress reports fit ``MAX_PROGRESS_BYTES`` (the SDK refuses larger ones
+    where the handler reports them)."""
+    for item in frame.items:
+        if item.progress is not None and (
+            len(p.encode_value(item.progress)) > p.MAX_PROGRESS_BYTES
+        ):
+            raise ProtocolViolation(
+                f"the progress of {item.task_id} is larger than {p.MAX_PROGRESS_BYTES} bytes"
+            )
 
 
 def _report(item: p.ResultItem, session: Session) -> Report:

@@ -20,6 +20,7 @@ Attempt = Annotated[int, msgspec.Meta(ge=1)]
 Token = Annotated[str, msgspec.Meta(min_length=1, max_length=40)]
 RequestId = Annotated[int, msgspec.Meta(ge=0)]
 MAX_ITEMS = 1000
+MAX_PROGRESS_BYTES = 4096  # a heartbeat item's progress, as JSON
 
 
 class Frame(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
@@ -64,9 +65,16 @@ class Start(Frame, tag="start"):
     items: Annotated[list[Ref], msgspec.Meta(min_length=1, max_length=MAX_ITEMS)]
 
 
+class HeartbeatItem(Ref, kw_only=True, omit_defaults=True):
+    """A held attempt, and what its handler last reported about its progress when that
+    changed since the previous heartbeat (at most ``MAX_PROGRESS_BYTES`` as JSON)."""
+
+    progress: dict[str, Any] | None = None
+
+
 class Heartbeat(Frame, tag="heartbeat"):
     id: RequestId
-    items: Annotated[list[Ref], msgspec.Meta(max_length=10_000)]
+    items: Annotated[list[HeartbeatItem], msgspec.Meta(max_length=10_000)]
 
 
 class ErrorInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -235,6 +243,11 @@ def decode(data: str | bytes) -> WorkerFrame:
 
 def encode(frame: Frame) -> bytes:
     return _encoder.encode(frame)
+
+
+def encode_value(value: Any) -> bytes:
+    """The JSON of a value a frame carries (a progress report, to store and to measure)."""
+    return _encoder.encode(value)
 
 
 def schema() -> dict[str, Any]:

@@ -99,6 +99,16 @@ class StartAnswer:
 
 
 @dataclass(frozen=True, slots=True)
+class Renew:
+    """One item of a heartbeat: a lease to extend and, when its handler reported progress
+    since the previous heartbeat, that progress (the JSON text of an object, its size checked
+    by whoever decoded it)."""
+
+    ref: LeaseRef
+    progress: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Renewal:
     ref: LeaseRef
     verdict: RenewVerdict

@@ -172,6 +172,8 @@ class Attempt:
     ended_at: datetime | None
     lease_expires_at: datetime | None
     error: dict[str, Any] | None
+    progress: dict[str, Any] | None = None  # what its handler last reported (ctx.progress)
+    progress_at: datetime | None = None  # when that report was recorded
 
 
 @dataclass(frozen=True, slots=True)

@@ -400,6 +400,15 @@ class TaskService:
 
         return await self._db.read(unit)
 
+    async def latest_attempt(self, task: Task) -> Attempt | None:
+        """The task's latest attempt (the one its lease number names), or None before its
+        first lease: one read by primary key."""
+        if task.lease_epoch < 1:
+            return None
+        return await self._db.read(
+            lambda tx: attempt_store.attempt_get(tx, task.id, task.lease_epoch)
+        )
+
     async def attempts(self, scope: Scope, task_id: str) -> list[Attempt]:
         async def unit(tx: Tx) -> list[Attempt] | None:
             if await task_store.task_get(tx, scope, task_id) is None:

@@ -24,6 +24,7 @@ from orbit_server.pulse.leasing import (
     Lease,
     LeaseRef,
     Outcome,
+    Renew,
     Renewal,
     RenewVerdict,
     Report,
@@ -58,6 +59,7 @@ __all__ = [
     "Lease",
     "LeaseRef",
     "Outcome",
+    "Renew",
     "RenewVerdict",
     "Renewal",
     "Report",
@@ -227,11 +229,15 @@ class WorkerService:
         publish_milestones(tx, {(task.queue, Milestone.STARTED): 1})
         return expires_at, deadline
 
-    async def renew(self, refs: Sequence[LeaseRef]) -> list[Renewal]:
+    async def renew(self, items: Sequence[LeaseRef | Renew]) -> list[Renewal]:
         """Extend many leases in one transaction; a verdict per item (fenced): one statement
-        locks the rows, one extends those whose lease still holds."""
-        if not refs:
+        locks the rows, one extends those whose lease still holds. The progress items carry
+        is recorded on their attempts when the lease holds, in a deferred write that goes
+        with the extension (no round trip of its own)."""
+        if not items:
             return []
+        renews = [item if isinstance(item, Renew) else Renew(item) for item in items]
+        refs = [r.ref for r in renews]
 
         async def unit(tx: Tx) -> list[Renewal]:
             now = self._clock.now()
@@ -245,6 +251,15 @@ class WorkerService:
                 and task.state in (TaskState.LEASED, TaskState.RUNNING)
                 and not _expired(task, now)
             }
+            attempt_store.attempts_progress_set(
+                tx,
+                [
+                    attempt_store.ProgressReport(r.ref.task_id, r.ref.attempt, r.progress)
+                    for r in renews
+                    if r.progress is not None and r.ref in held
+                ],
+                now,
+            )
             await task_store.tasks_renew_many(tx, [r.task_id for r in held], expires_at, now)
             out: list[Renewal] = []
             for ref in refs:

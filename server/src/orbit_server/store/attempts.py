@@ -27,6 +27,8 @@ def attempt_from_row(r: Row) -> Attempt:
         ended_at=r["ended_at"],
         lease_expires_at=r["lease_expires_at"],
         error=json_value(r["error"]),
+        progress=json_value(r["progress"]),
+        progress_at=r["progress_at"],
     )
 
 
@@ -121,6 +123,29 @@ async def attempts_start_and_end_many(
         "attempts_start_and_end_many",
         {"task_ids": list(task_ids), "state": state, "cause": cause, "now": now},
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressReport:
+    """What the handler of one held attempt reported about its progress: JSON text, already
+    checked for size by the caller."""
+
+    task_id: str
+    number: int
+    progress: str
+
+
+def attempts_progress_set(tx: Tx, reports: Sequence[ProgressReport], now: datetime) -> None:
+    """Record the progress of attempts the caller has locked and found held, reported at
+    ``now`` (a deferred write: it shares the round trip of the unit's next statement)."""
+    if reports:
+        tx.defer_many(
+            "attempt_progress_set",
+            [
+                {"task_id": r.task_id, "number": r.number, "progress": r.progress, "now": now}
+                for r in reports
+            ],
+        )
 
 
 async def attempts_of_tasks(tx: Tx, task_ids: Sequence[str]) -> dict[str, list[Attempt]]:

@@ -23,6 +23,7 @@ from orbit_server.api.wire_tasks import (
     TaskBatch,
     TaskBatchOut,
     TaskList,
+    TaskProgress,
     TaskSubmit,
     TaskUnserved,
 )
@@ -174,6 +175,8 @@ async def get_task(
     else:
         task = await node.tasks.get(principal.scope, task_id)
     view = Task.of(task)
+    latest = await node.tasks.latest_attempt(task)
+    view.progress = None if latest is None else TaskProgress.of(latest)
     if task.state == TaskState.PENDING:
         why = await node.worker_views.task_unserved(
             principal.scope, task.queue, task.type, task.handler_version

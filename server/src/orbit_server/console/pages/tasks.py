@@ -63,7 +63,21 @@ async def task_page(request: Request[Any, Any, Any], task_id: FromPath[str]) -> 
         unserved = await node.worker_views.task_unserved(
             scope, task.queue, task.type, task.handler_version
         )
-    return page("task.html", request, task=task, attempts=attempts, unserved=unserved)
+    latest = attempts[-1] if attempts else None
+    progress = latest if latest is not None and latest.progress is not None else None
+    return page("task.html", request, task=task, attempts=attempts, unserved=unserved,
+                progress=progress, bar=_bar(progress.progress if progress else None))  # fmt: skip
+
+
+def _bar(details: dict[str, Any] | None) -> tuple[float, float] | None:
+    """``(done, total)`` when a progress report holds both as numbers, for a progress bar."""
+    if not details:
+        return None
+    done, total = details.get("done"), details.get("total")
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (done, total))
+    if not numbers or not 0 <= done <= total or total <= 0:  # type: ignore[operator]
+        return None
+    return float(done), float(total)  # type: ignore[arg-type]
 
 
 @post(f"{PREFIX}/tasks/{{task_id:str}}/cancel", include_in_schema=False, status_code=303)

@@ -153,6 +153,8 @@ CREATE TABLE IF NOT EXISTS task_attempts (
   ended_at DATETIME(6) NULL,
   lease_expires_at DATETIME(6) NULL,
   error TEXT NULL,
+  progress TEXT NULL,
+  progress_at DATETIME(6) NULL,
   PRIMARY KEY (task_id, number)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 

@@ -171,6 +171,8 @@ CREATE TABLE IF NOT EXISTS task_attempts (
   ended_at TEXT NULL,
   lease_expires_at TEXT NULL,
   error TEXT NULL,
+  progress TEXT NULL,
+  progress_at TEXT NULL,
   PRIMARY KEY (task_id, number)
 );
 

@@ -2,12 +2,12 @@
 
 -- name: attempt_list
 SELECT task_id, number, state, cause, worker_id, session_id, node, leased_at, started_at,
-       ended_at, lease_expires_at, error
+       ended_at, lease_expires_at, error, progress, progress_at
   FROM task_attempts WHERE task_id = :task_id ORDER BY task_id, number
 
 -- name: attempts_of_tasks
 SELECT task_id, number, state, cause, worker_id, session_id, node, leased_at, started_at,
-       ended_at, lease_expires_at, error
+       ended_at, lease_expires_at, error, progress, progress_at
   FROM task_attempts WHERE task_id IN (:task_ids) ORDER BY task_id, number
 
 -- name: attempts_delete_for_tasks
@@ -30,7 +30,7 @@ UPDATE task_attempts SET state = :state, cause = :cause, started_at = COALESCE(:
 
 -- name: attempt_get
 SELECT task_id, number, state, cause, worker_id, session_id, node, leased_at, started_at,
-       ended_at, lease_expires_at, error
+       ended_at, lease_expires_at, error, progress, progress_at
   FROM task_attempts WHERE task_id = :task_id AND number = :number
 
 -- name: attempts_end_running_many
@@ -47,3 +47,8 @@ UPDATE task_attempts SET state = :state, cause = :cause, started_at = :now, ende
 -- name: attempts_start_many
 UPDATE task_attempts SET state = :attempt.running, started_at = :now, lease_expires_at = :expires_at
  WHERE task_id IN (:task_ids) AND state = :attempt.leased
+
+-- name: attempt_progress_set
+-- What the handler of a held attempt reported with a heartbeat (fenced by the caller).
+UPDATE task_attempts SET progress = :progress, progress_at = :now
+ WHERE task_id = :task_id AND number = :number
