@@ -49,6 +49,7 @@ def test_the_public_api() -> None:
         "TaskContext",
         "Worker",
         "WorkerError",
+        "WorkflowContext",
     }
     assert issubclass(WorkerError, OrbitError)
 

@@ -15,6 +15,7 @@ from orbit_server.store import Database, Tx
 from orbit_server.store import attempts as attempt_store
 from orbit_server.store import task_events as event_store
 from orbit_server.store import tasks as task_store
+from orbit_server.store import workflows as workflow_store
 from orbit_server.store.base import DuplicateKey
 from orbit_server.store.tasks import (
     IDS_PER_READ,
@@ -24,6 +25,8 @@ from orbit_server.store.tasks import (
     TaskMove,
     TaskStart,
 )
+from orbit_server.weave.model import Workflow
+from orbit_server.weave.states import WorkflowState
 from tests.store.builders import LEASE, OTHER, SCOPE, grant, insert, lease, task
 
 S = TaskState
@@ -464,3 +467,29 @@ async def test_counts_by_state_stop_past_a_bound(db: Database, clock: FakeClock)
         lambda tx: task_store.queue_state_counts_upto(tx, SCOPE, "emails", ["pending"], 10)
     )
     assert exact == {"pending": 5}
+
+
+@pytest.mark.covers("tasks_lease_many")
+async def test_a_lease_reads_the_workflow_of_a_step_task(db: Database, clock: FakeClock) -> None:
+    now = clock.now()
+    owner = Owner(task_store.WORKFLOW_OWNER, "wf_1", "thumbnails:i3")
+    stray = Owner(task_store.WORKFLOW_OWNER, "wf_gone", "charge")
+    job = Owner("job", "wf_1")
+    await insert(db, task(clock, "plain"), task(clock, "step", owner=owner),
+                 task(clock, "stray", owner=stray), task(clock, "other", owner=job))  # fmt: skip
+    flow = Workflow(
+        id="wf_1", scope=SCOPE, definition="album", version="3", state=WorkflowState.RUNNING,
+        input={}, output=None, error=None, context={}, control_version=0, gate_id="gate_1",
+        idempotency_key=None, request_hash=None, created_at=now, updated_at=now,
+        finished_at=None,
+    )  # fmt: skip
+    await db.run(lambda tx: workflow_store.workflow_insert(tx, flow))
+
+    async def take(tx: Tx) -> list[Task]:
+        return await lease(tx, now, "plain", "step", "stray", "other")
+
+    leased = {t.id: t for t in await db.run(take)}
+    assert (leased["step"].owner_name, leased["step"].owner_version) == ("album", "3")
+    assert leased["step"].owner_step == "thumbnails:i3" and leased["step"].state == S.LEASED
+    for plain in ("plain", "stray", "other"):  # no workflow, or not a workflow's
+        assert (leased[plain].owner_name, leased[plain].owner_version) == (None, None)

@@ -16,7 +16,7 @@ worker.run()  # or: orbit-worker myapp.workers:worker
 ```
 """
 
-from orbit_sdk.worker._context import TaskContext
+from orbit_sdk.worker._context import TaskContext, WorkflowContext
 from orbit_sdk.worker._errors import NonRetryableError, SafeToRetry, TaskCancelled, WorkerError
 from orbit_sdk.worker._logs import JsonLogFormatter
 from orbit_sdk.worker._worker import Worker
@@ -29,4 +29,5 @@ __all__ = [
     "TaskContext",
     "Worker",
     "WorkerError",
+    "WorkflowContext",
 ]

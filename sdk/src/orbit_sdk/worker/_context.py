@@ -6,17 +6,48 @@ import asyncio
 import logging
 import threading
 from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import msgspec
 
 from orbit_sdk.worker._errors import TaskCancelled
-from orbit_sdk.worker._protocol import MAX_PROGRESS_BYTES
+from orbit_sdk.worker._protocol import MAX_PROGRESS_BYTES, WorkflowStep
 
-__all__ = ["TaskContext"]
+__all__ = ["TaskContext", "WorkflowContext", "workflow_context"]
 
 _encoder = msgspec.json.Encoder()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowContext:
+    """The workflow step a task runs for (``TaskContext.workflow``).
+
+    ``instance_id`` is the workflow instance, ``definition`` and ``version`` what it runs,
+    ``step`` the step's id in the definition and ``key`` this execution of it (unique within
+    the instance: ``charge``, ``charge:2`` on a second visit, ``thumbnails:i17`` for a map's
+    item, ``published:r3`` for a poll's round). ``item`` is the map item's index (from 0) and
+    ``round`` the poll's round (from 1), ``None`` otherwise.
+    """
+
+    instance_id: str
+    definition: str
+    version: str
+    step: str
+    key: str
+    round: int | None = None
+    item: int | None = None
+
+
+def workflow_context(step: WorkflowStep | None) -> WorkflowContext | None:
+    """The handler's view of the workflow step a delivery names (None for a plain task)."""
+    if step is None:
+        return None
+    return WorkflowContext(
+        instance_id=step.id, definition=step.definition, version=step.version,
+        step=step.step, key=step.key, round=step.round, item=step.item,
+    )  # fmt: skip
 
 
 class _TaskLoggerAdapter(logging.LoggerAdapter[logging.Logger]):
@@ -60,6 +91,7 @@ class TaskContext:
         max_attempts: int | None = None,
         traceparent: str | None = None,
         logger: logging.Logger | None = None,
+        workflow: WorkflowContext | None = None,
     ) -> None:
         self.task_id = task_id
         self.attempt = attempt
@@ -73,6 +105,7 @@ class TaskContext:
         self.attempts = attempts
         self.max_attempts = max_attempts
         self.traceparent = traceparent
+        self.workflow = workflow
         self.logger: logging.LoggerAdapter[logging.Logger] = _TaskLoggerAdapter(
             logger or logging.getLogger("orbit_sdk.worker.task"),
             {"task_id": task_id, "attempt": attempt, "queue": queue, "task_type": type},

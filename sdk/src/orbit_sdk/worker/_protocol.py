@@ -44,6 +44,7 @@ __all__ = [
     "Tasks",
     "Welcome",
     "WorkerFrame",
+    "WorkflowStep",
     "decode_server_frame",
     "decode_worker_frame",
     "encode_frame",
@@ -158,6 +159,18 @@ class Welcome(Frame, tag="welcome"):
     held: list[HeldVerdict] = []
 
 
+class WorkflowStep(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The workflow step a delivered task runs for."""
+
+    id: str
+    definition: str
+    version: str
+    step: str
+    key: str
+    round: int | None = None
+    item: int | None = None
+
+
 class Delivery(msgspec.Struct, kw_only=True):
     """One delivered attempt and what to run."""
 
@@ -176,6 +189,7 @@ class Delivery(msgspec.Struct, kw_only=True):
     labels: dict[str, str] = {}
     traceparent: str | None = None
     eager_start: bool = False  # may run once its start request is sent (see docs/protocol.md)
+    workflow: WorkflowStep | None = None  # the step it runs for; absent for a plain task
 
     @property
     def ref(self) -> Ref:

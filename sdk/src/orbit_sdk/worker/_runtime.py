@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Final, TypeAlias
 
-from orbit_sdk.worker._context import TaskContext
+from orbit_sdk.worker._context import TaskContext, workflow_context
 from orbit_sdk.worker._errors import TaskCancelled
 from orbit_sdk.worker._logs import describe_task, failure_level, task_fields
 from orbit_sdk.worker._outcome import (
@@ -531,6 +531,7 @@ class Runtime:
             max_attempts=delivery.max_attempts,
             traceparent=delivery.traceparent,
             logger=self._task_logger,
+            workflow=workflow_context(delivery.workflow),
         )
 
     def _warn_side_effect(self, spec: HandlerSpec) -> None:

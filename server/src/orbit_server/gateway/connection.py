@@ -21,6 +21,7 @@ from orbit_server.gateway.dispatch import Dispatcher
 from orbit_server.gateway.ledger import Held, Key, Reservation
 from orbit_server.observability.metrics import Metrics
 from orbit_server.pulse.leasing import starts_eagerly
+from orbit_server.pulse.model import Task
 from orbit_server.pulse.states import Event
 from orbit_server.pulse.worker import (
     Lease,
@@ -35,6 +36,7 @@ from orbit_server.pulse.worker import (
     WorkerService,
 )
 from orbit_server.scope import Scope
+from orbit_server.weave.engine import parse_key
 
 log = structlog.get_logger("orbit.gateway")
 
@@ -157,6 +159,7 @@ class Connection:
                 labels=dict(lease.task.labels),
                 traceparent=lease.task.traceparent,
                 eager_start=starts_eagerly(lease.task),
+                workflow=_workflow_step(lease.task),
             )
             for lease in leases
         ]
@@ -395,6 +398,22 @@ def _check_progress(frame: p.Heartbeat) -> None:
             raise ProtocolViolation(
                 f"the progress of {item.task_id} is larger than {p.MAX_PROGRESS_BYTES} bytes"
             )
+
+
+def _workflow_step(task: Task) -> p.WorkflowStep | None:
+    """The workflow step a task runs for, from its owner (None for a plain task)."""
+    if task.owner_name is None or task.owner_id is None or task.owner_step is None:
+        return None
+    step, round_, item = parse_key(task.owner_step)
+    return p.WorkflowStep(
+        id=task.owner_id,
+        definition=task.owner_name,
+        version=task.owner_version or "",
+        step=step,
+        key=task.owner_step,
+        round=round_,
+        item=item,
+    )
 
 
 def _report(item: p.ResultItem, session: Session) -> Report:

@@ -126,6 +126,18 @@ class Welcome(Frame, tag="welcome"):
     held: list[HeldVerdict]
 
 
+class WorkflowStep(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The workflow step a delivered task runs for."""
+
+    id: str  # the instance
+    definition: str
+    version: str
+    step: str  # the step's id in the definition
+    key: str  # the execution's key within the instance
+    round: int | None = None  # a poll's round, from 1
+    item: int | None = None  # a map's item, from 0
+
+
 class Delivery(msgspec.Struct, kw_only=True):
     task_id: str
     attempt: int
@@ -144,6 +156,7 @@ class Delivery(msgspec.Struct, kw_only=True):
     # The handler may run once the start request is sent, before its answer: an idempotent
     # task without a gate (nothing for the start check to refuse but a lost lease).
     eager_start: bool = False
+    workflow: WorkflowStep | None = None  # for the task of a workflow step, absent otherwise
 
 
 class Tasks(Frame, tag="tasks"):

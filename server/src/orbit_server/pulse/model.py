@@ -156,6 +156,10 @@ class Task:
     updated_at: datetime
     finished_at: datetime | None
     deadline_at: datetime | None = None  # start + timeout_ms of the running attempt
+    # What owns the task, named and versioned (a workflow's definition and version): read with
+    # a lease for its delivery (``tasks_lease_many``), None elsewhere.
+    owner_name: str | None = None
+    owner_version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

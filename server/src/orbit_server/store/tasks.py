@@ -47,6 +47,7 @@ from orbit_server.store.task_events import (
 
 LAST = "~"  # sorts after every id
 IDS_PER_READ = 500  # task ids one read of tasks_in_states covers
+WORKFLOW_OWNER = "workflow"  # the owner kind of a workflow step's task (its id: the instance)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +101,8 @@ def task_from_row(row: Row) -> Task:
         updated_at=row["updated_at"],
         finished_at=row["finished_at"],
         deadline_at=row["deadline_at"],
+        owner_name=row.get("owner_name"),
+        owner_version=row.get("owner_version"),
     )
 
 
@@ -418,7 +421,8 @@ async def tasks_lease_many(
     tx: Tx, task_ids: Sequence[str], grant: LeaseGrant, now: datetime
 ) -> list[Task]:
     """Lease pending tasks to a session (a new epoch each); answers the tasks as they are now
-    (the update and the read in one round trip)."""
+    (the update and the read in one round trip), a workflow step's task with its workflow's
+    definition and version (``owner_name``, ``owner_version``) for its delivery."""
     if not task_ids:
         return []
     tx.defer(
@@ -433,7 +437,11 @@ async def tasks_lease_many(
             "now": now,
         },
     )
-    return await tasks_get_many(tx, task_ids)
+    rows = await tx.fetch_all(
+        "tasks_get_leased", {"task_ids": list(task_ids), "workflow_kind": WORKFLOW_OWNER}
+    )
+    by_id = {str(r["id"]): task_from_row(r) for r in rows}
+    return [by_id[t] for t in task_ids if t in by_id]
 
 
 @dataclass(frozen=True, slots=True)

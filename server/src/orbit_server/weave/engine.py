@@ -120,6 +120,18 @@ def round_key(poll_key: str, round_: int) -> str:
     return f"{poll_key}:r{round_}"
 
 
+def parse_key(key: str) -> tuple[str, int | None, int | None]:
+    """An execution key's step id, poll round and map item (``None`` when it is not one):
+    the inverse of ``step_key``, ``item_key`` and ``round_key`` (step ids hold no ``:``)."""
+    step, *rest = key.split(":")
+    last = rest[-1] if rest else ""
+    if last[1:].isdigit() and last[:1] == "r":
+        return step, int(last[1:]), None
+    if last[1:].isdigit() and last[:1] == "i":
+        return step, None, int(last[1:])
+    return step, None, None
+
+
 def transition(step: Step, outcome: Outcome, error: dict[str, Any] | None) -> Transition:
     """Where an execution of ``step`` that ended with ``outcome`` leads (not for choices)."""
     if outcome is Outcome.SUCCEEDED:

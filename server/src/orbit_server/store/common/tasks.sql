@@ -113,6 +113,13 @@ UPDATE tasks SET state = :task.leased, lease_epoch = lease_epoch + 1, lease_toke
        worker_id = :worker_id, updated_at = :now
  WHERE id IN (:task_ids) AND state = :task.pending
 
+-- name: tasks_get_leased
+-- What a claim leased, read back: a workflow step's task with its workflow's definition and
+-- version, for the delivery (a primary-key look-up per step task, in the same statement).
+SELECT t.*, w.definition AS owner_name, w.version AS owner_version
+  FROM tasks t LEFT JOIN workflows w ON t.owner_kind = :workflow_kind AND w.id = t.owner_id
+ WHERE t.id IN (:task_ids)
+
 -- name: tasks_get_many
 SELECT * FROM tasks WHERE id IN (:task_ids)
 
