@@ -418,3 +418,25 @@ async def test_weave_queries_use_their_index_without_sorting(
         "now": datetime(2100, 1, 1, tzinfo=UTC), **params,
     }  # fmt: skip
     await assert_served_in_order(node, query, values, index)
+
+
+async def test_a_claims_read_back_finds_each_tasks_workflow_by_its_primary_key(
+    node: Node,
+) -> None:
+    """The read-back of leased rows joins the workflow of a step's task (its delivery names
+    the definition and version): a primary-key look-up per row, never a scan of workflows."""
+    if node.db.dialect != "mysql":
+        pytest.skip("the plans checked here are InnoDB's")
+    done = await node.tasks.submit_many(SCOPE, [TaskSpec(queue="emails", type="send")] * 200)
+    sql, args = node.db.queries.bind(
+        "tasks_get_leased",
+        {"task_ids": [s.task.id for s in done][:20], "workflow_kind": "workflow"},
+    )
+
+    async def unit(tx: Tx) -> list[dict[str, Any]]:
+        return await explain(tx, sql, tuple(args))
+
+    plan = await node.db.run(unit)
+    by_table = {p["table"]: p for p in plan}
+    assert by_table["t"]["key"] == "PRIMARY" and by_table["t"]["type"] in ("range", "eq_ref"), plan
+    assert by_table["w"]["key"] == "PRIMARY" and by_table["w"]["type"] == "eq_ref", plan
