@@ -66,6 +66,8 @@ class TaskContext:
     ``params`` is the task's input; ``attempts`` counts the attempts started before this one.
     ``deadline`` is when the attempt must have finished (its lease never extends past it).
     ``side_effect`` is what the submitter declared (``"idempotent"`` or ``"unsafe"``).
+    ``workflow`` is the workflow step the task runs for (:class:`WorkflowContext`), ``None``
+    for a plain task; :meth:`progress` reports how far the handler has got.
 
     Cancellation is cooperative: when Orbit asks to cancel the task, or the attempt is lost,
     :attr:`cancelled` turns true and :attr:`cancel_event` is set (check it from sync code);

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeGuard
 
 from litestar import Request, get, post
 from litestar.params import FromPath, FromQuery, QueryParameter
@@ -74,10 +74,14 @@ def _bar(details: dict[str, Any] | None) -> tuple[float, float] | None:
     if not details:
         return None
     done, total = details.get("done"), details.get("total")
-    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (done, total))
-    if not numbers or not 0 <= done <= total or total <= 0:  # type: ignore[operator]
+    if not (_number(done) and _number(total)):
         return None
-    return float(done), float(total)  # type: ignore[arg-type]
+    done, total = float(done), float(total)
+    return (done, total) if 0 <= done <= total and total > 0 else None
+
+
+def _number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @post(f"{PREFIX}/tasks/{{task_id:str}}/cancel", include_in_schema=False, status_code=303)
