@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 from test_worker_support import FakeServer, delivery, running
 
 from orbit_sdk.worker import TaskContext, Worker, WorkflowContext
+from orbit_sdk.worker._logs import task_fields
 
 TIMEOUT = 5.0
 
@@ -35,6 +37,15 @@ async def test_the_delivered_step_is_the_handlers_workflow_context() -> None:
             await asyncio.wait_for(done.wait(), TIMEOUT)
     assert seen == {
         "tsk_1": WorkflowContext(instance_id="wf_1", definition="album", version="3",
-                                 step="published", key="published:r2", round=2),
+                                 step="published", step_key="published:r2", round=2),
         "tsk_2": None,
     }  # fmt: skip
+
+
+def test_records_about_a_step_task_name_its_instance_and_execution() -> None:
+    step = WorkflowContext(instance_id="wf_1", definition="album", version="3",
+                           step="thumbnails", step_key="thumbnails:i17", item=17)  # fmt: skip
+    ctx = TaskContext(task_id="tsk_1", attempt=1, queue="q", type="t",
+                      deadline=datetime.now(UTC), workflow=step)  # fmt: skip
+    fields = task_fields(ctx)
+    assert (fields["workflow_id"], fields["step_key"]) == ("wf_1", "thumbnails:i17")

@@ -67,15 +67,15 @@ async def test_a_step_handler_sees_its_workflow(
         await running
     assert done.state == "succeeded"
     assert seen[-1] is None  # the plain task
-    keys = {w.key: w for w in seen[:-1] if w is not None}
+    keys = {w.step_key: w for w in seen[:-1] if w is not None}
     assert len(seen) - 1 == len(keys) == 3
     assert keys["prepare"] == WorkflowContext(
-        instance_id=run.id, definition="album", version="3", step="prepare", key="prepare"
+        instance_id=run.id, definition="album", version="3", step="prepare", step_key="prepare"
     )
     for item in (0, 1):
         assert keys[f"thumbnails:i{item}"] == WorkflowContext(
             instance_id=run.id, definition="album", version="3", step="thumbnails",
-            key=f"thumbnails:i{item}", item=item,
+            step_key=f"thumbnails:i{item}", item=item,
         )  # fmt: skip
 
 

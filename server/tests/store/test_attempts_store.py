@@ -124,12 +124,12 @@ async def test_progress_is_recorded_on_its_attempt_and_read_with_it(
     async def unit(tx: Tx) -> None:
         await attempt_store.attempts_insert(tx, [leased(clock, "a"), leased(clock, "b")], now)
         await attempt_store.attempts_insert(tx, [leased(clock, "a", epoch=2)], now)
-        attempt_store.attempts_progress_set(
+        await attempt_store.attempts_progress_set(
             tx, [attempt_store.ProgressReport("a", 1, '{"done": 1}')], now
         )
-        attempt_store.attempts_progress_set(tx, [], now)
+        await attempt_store.attempts_progress_set(tx, [], now)
         # A later report replaces the earlier one; a report names one attempt only.
-        attempt_store.attempts_progress_set(
+        await attempt_store.attempts_progress_set(
             tx,
             [
                 attempt_store.ProgressReport("a", 2, '{"done":40,"total":100,"stage":"upload",'

@@ -25,7 +25,7 @@ class WorkflowContext:
     """The workflow step a task runs for (``TaskContext.workflow``).
 
     ``instance_id`` is the workflow instance, ``definition`` and ``version`` what it runs,
-    ``step`` the step's id in the definition and ``key`` this execution of it (unique within
+    ``step`` the step's id in the definition and ``step_key`` this execution of it (unique within
     the instance: ``charge``, ``charge:2`` on a second visit, ``thumbnails:i17`` for a map's
     item, ``published:r3`` for a poll's round). ``item`` is the map item's index (from 0) and
     ``round`` the poll's round (from 1), ``None`` otherwise.
@@ -35,7 +35,7 @@ class WorkflowContext:
     definition: str
     version: str
     step: str
-    key: str
+    step_key: str
     round: int | None = None
     item: int | None = None
 
@@ -46,7 +46,7 @@ def workflow_context(step: WorkflowStep | None) -> WorkflowContext | None:
         return None
     return WorkflowContext(
         instance_id=step.id, definition=step.definition, version=step.version,
-        step=step.step, key=step.key, round=step.round, item=step.item,
+        step=step.step, step_key=step.key, round=step.round, item=step.item,
     )  # fmt: skip
 
 

@@ -251,7 +251,7 @@ class WorkerService:
                 and task.state in (TaskState.LEASED, TaskState.RUNNING)
                 and not _expired(task, now)
             }
-            attempt_store.attempts_progress_set(
+            await attempt_store.attempts_progress_set(
                 tx,
                 [
                     attempt_store.ProgressReport(r.ref.task_id, r.ref.attempt, r.progress)

@@ -135,7 +135,7 @@ class ProgressReport:
     progress: str
 
 
-def attempts_progress_set(tx: Tx, reports: Sequence[ProgressReport], now: datetime) -> None:
+async def attempts_progress_set(tx: Tx, reports: Sequence[ProgressReport], now: datetime) -> None:
     """Record the progress of attempts the caller has locked and found held, reported at
     ``now`` (a deferred write: it shares the round trip of the unit's next statement)."""
     if reports:
