@@ -7,16 +7,20 @@ import asyncio
 import dataclasses
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from orbit_sdk import AsyncClient, TaskProgress
 from orbit_sdk.worker import TaskContext, Worker
+from orbit_server.api.wire_tasks import TaskProgress as WireProgress
+from orbit_server.clock import FakeClock
 from orbit_server.config import Settings
 from orbit_server.governance.keys import Role
 from orbit_server.pulse.leasing import Renew, Want
 from orbit_server.pulse.model import TaskSpec
+from orbit_server.pulse.retry import RetryPolicy
 from tests.conftest import SCOPE, make_key
 from tests.gateway.conftest import Live, hello, recv, send
 from tests.gateway.test_gateway import closed_with
@@ -78,7 +82,9 @@ async def test_progress_shows_on_the_task_while_its_handler_runs(
         assert isinstance(shown, TaskProgress)
         assert (shown.attempt, shown.details) == (1, {"done": 40, "total": 100, "stage": "upload"})
         assert shown.reported_at is not None
-        assert (await client.get_task(task.id)).state == "running"  # the handler still runs
+        # The handler still runs (it waits for release); the task is running, or still
+        # leased while its eager start waits to be recorded (decision 0008).
+        assert (await client.get_task(task.id)).state in ("leased", "running")
         release.set()
         done = await client.wait_for_task(task.id, timeout=WAIT_S)
     finally:
@@ -122,3 +128,30 @@ async def test_only_a_lease_that_holds_records_its_progress(live: Live) -> None:
     latest = await node.tasks.latest_attempt(await node.tasks.get(SCOPE, task.id))
     assert latest is not None and latest.progress == {"done": 1}
     assert latest.progress_at == node.clock.now()
+
+
+async def test_a_retry_starts_without_the_previous_attempts_report(
+    live: Live, clock: FakeClock
+) -> None:
+    node = live.node
+    retry = RetryPolicy(max_attempts=2, initial_backoff_ms=1000, max_backoff_ms=1000)
+    task = (await node.tasks.submit(SCOPE, TaskSpec(queue=QUEUE, type="t", retry=retry))).task
+    want = [Want(queue=QUEUE, type="t", free=1)]
+    [first] = await node.workers.claim(SCOPE, WORKER, want, limit=1)
+    await node.workers.start(first.ref)
+    await node.workers.renew([Renew(first.ref, '{"done": 3}')])
+    await node.workers.fail(first.ref, {"code": "boom", "message": "again"}, retryable=True)
+
+    async def progress() -> WireProgress | None:
+        latest = await node.tasks.latest_attempt(await node.tasks.get(SCOPE, task.id))
+        return None if latest is None else WireProgress.of(latest)
+
+    waiting = await progress()  # the retry waits: the failed attempt's report, named as such
+    assert waiting is not None and (waiting.attempt, waiting.details) == (1, {"done": 3})
+    clock.advance(timedelta(seconds=1))
+    assert await node.workers.promote_due() == 1
+    [second] = await node.workers.claim(SCOPE, WORKER, want, limit=1)
+    assert second.ref.attempt == 2
+    assert await progress() is None  # the retry has reported nothing yet
+    attempts = await node.tasks.attempts(SCOPE, task.id)
+    assert [a.progress for a in attempts] == [{"done": 3}, None]
