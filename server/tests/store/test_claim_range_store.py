@@ -211,7 +211,7 @@ async def test_claimable_work_is_grouped_by_queue_type_and_version(
     assert [(g.queue, g.count) for g in one] == [("reports", 1)]
 
 
-@pytest.mark.covers("ready_head_first", "ready_head_next", "ready_count_upto")
+@pytest.mark.covers("ready_heads", "ready_count_upto")
 async def test_heads_step_through_types_and_priorities_and_counts_stop(
     db: Database, clock: FakeClock
 ) -> None:
