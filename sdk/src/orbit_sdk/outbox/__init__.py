@@ -1,8 +1,9 @@
 """The transactional outbox: submit Orbit work in the business database's own transaction.
 
 ``submit``, ``start_workflow`` and ``signal`` write one row into the ``orbit_outbox`` table on
-the caller's connection (SQLAlchemy ``Connection``/``Session``, or a psycopg, PyMySQL or
-sqlite3 connection) and never commit: the row exists exactly when the business rows do.
+the caller's connection (SQLAlchemy ``Connection``/``Session``, Django's ``connection``, or a
+psycopg, PyMySQL or sqlite3 connection) and never commit: the row exists exactly when the
+business rows do.
 ``submit_async``, ``start_workflow_async`` and ``signal_async`` do the same on asynchronous
 connections (SQLAlchemy ``AsyncSession``/``AsyncConnection``, psycopg, asyncmy).
 ``OutboxRelay`` (or the ``orbit-outbox-relay`` command) delivers committed rows to Orbit, each

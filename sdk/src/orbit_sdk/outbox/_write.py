@@ -62,8 +62,9 @@ def submit(
 ) -> str:
     """Write a task submission into ``orbit_outbox`` on ``conn``, in its current transaction.
 
-    ``conn`` is a SQLAlchemy ``Connection`` or ``Session``, or a psycopg 3, PyMySQL or sqlite3
-    connection; it is never committed here. The arguments are those of
+    ``conn`` is a SQLAlchemy ``Connection`` or ``Session``, Django's ``connection`` (inside
+    ``transaction.atomic()``), or a psycopg 3, PyMySQL or sqlite3 connection; it is never
+    committed here. The arguments are those of
     :meth:`orbit_sdk.Client.submit`; ``delay_ms`` counts from now (it is stored as ``run_at``),
     not from when the relay delivers the row. The relay submits the task with
     ``idempotency_key``, or the row's id when none is given, so a row delivered twice makes one
@@ -260,6 +261,8 @@ def _executor(conn: Any) -> tuple[Dialect, _Execute]:
     module = type(conn).__module__.split(".", 1)[0]
     if module == "sqlalchemy":
         return _sqlalchemy_executor(conn)
+    if module == "django":
+        return _executor(_django_connection(conn))
     if module == "sqlite3":
         return "sqlite", lambda sql, params: _dbapi_execute(conn, sql, params)
     if module in ("psycopg", "psycopg2"):
@@ -269,8 +272,29 @@ def _executor(conn: Any) -> tuple[Dialect, _Execute]:
     raise OutboxError(
         "unsupported_connection",
         f"cannot write outbox rows on a {type(conn).__module__}.{type(conn).__qualname__}: "
-        "pass a SQLAlchemy Connection or Session, or a psycopg, PyMySQL or sqlite3 connection",
+        "pass a SQLAlchemy Connection or Session, Django's connection, or a psycopg, PyMySQL "
+        "or sqlite3 connection",
     )
+
+
+def _django_connection(conn: Any) -> Any:
+    """The DB-API connection under Django's ``connection`` (or ``connections[alias]``), which
+    must be in a transaction: in autocommit mode the row would commit on its own, before the
+    business rows and whatever becomes of them."""
+    if not hasattr(conn, "get_autocommit") or not hasattr(conn, "ensure_connection"):
+        raise OutboxError(
+            "unsupported_connection",
+            f"cannot write outbox rows on a {type(conn).__qualname__}: pass Django's "
+            "connection (django.db.connection or connections[alias])",
+        )
+    if conn.get_autocommit():  # opens the connection if it is not yet open
+        raise OutboxError(
+            "no_transaction",
+            "Django's connection is in autocommit mode: call outbox.submit inside "
+            "transaction.atomic() (or with ATOMIC_REQUESTS), so that the row commits with "
+            "the business rows",
+        )
+    return conn.connection
 
 
 def _dbapi_execute(conn: Any, sql: str, params: dict[str, Any]) -> None:
