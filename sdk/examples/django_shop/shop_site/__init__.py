@@ -1,0 +1,1 @@
+"""The Django project of the shop recipe (docs/recipes/django.md)."""
