@@ -18,8 +18,11 @@ from orders.tasks import ConfirmOrder, confirm_order
 
 @require_POST
 def place_order(request: HttpRequest) -> JsonResponse:
-    data = json.loads(request.body)
-    params = ConfirmOrder(order_id=data["id"], email=data["email"], total_cents=data["total_cents"])
+    try:
+        data = json.loads(request.body)
+        params = ConfirmOrder(str(data["id"]), str(data["email"]), int(data["total_cents"]))
+    except (ValueError, KeyError, TypeError):
+        return JsonResponse({"detail": "give id, email and total_cents as JSON"}, status=400)
     try:
         with transaction.atomic():  # the row commits with the order, or not at all
             outbox_id = outbox.submit(
