@@ -183,6 +183,7 @@ def test_a_duplicate_order_leaves_no_outbox_row_and_no_task(
     again = post_order({**order, "email": "eve@example.com"})
     assert again.status_code == 409, again.content
     assert len(outbox_rows(django_project, "D-2")) == 1  # the second one rolled back
+    assert post_order({"id": "D-2b", "email": "x@example.com"}).status_code == 400
     relay_once(env)
     shown = wait_until_confirmed("D-2")
     assert (shown["email"], shown["confirmation"]["state"]) == ("bob@example.com", "succeeded")
@@ -207,3 +208,26 @@ def test_the_outbox_writes_on_djangos_connection_only_in_a_transaction(
     assert outbox_rows(django_project, "D-3") == [(row_id, None)]
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM orbit_outbox WHERE id = %s", [row_id])
+
+
+def test_the_recipes_handler_test_passes() -> None:
+    """``orders/test_worker.py``, run by a pytest of its own with orbit-sdk's plugin (which
+    starts its own ``orbit dev --testing``)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "orders/test_worker.py"],
+        cwd=PROJECT,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
+
+
+def test_every_python_block_of_the_guide_quotes_the_example() -> None:
+    # The quotes are checked against their files by tests/docs/test_docs_in_step.py.
+    guide = (PROJECT.parents[2] / "docs" / "recipes" / "django.md").read_text()
+    quoted = guide.count("<!-- quote: sdk/examples/django_shop/")
+    assert guide.count("```python\n") == quoted >= 6

@@ -156,3 +156,26 @@ def test_a_duplicate_order_rolls_back_its_outbox_row_and_the_relay_command_deliv
     assert shown["confirmation"]["state"] == "succeeded"
     [task] = tasks_of(dev, "B-1")  # one task: none for the order that rolled back
     assert task.idempotency_key == row_id
+
+
+def test_the_recipes_handler_tests_pass() -> None:
+    """``fastapi_shop/test_worker.py``, run by a pytest of its own with orbit-sdk's plugin
+    (which starts its own ``orbit dev --testing``)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "fastapi_shop"],
+        cwd=EXAMPLES,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout
+
+
+def test_every_python_block_of_the_guide_quotes_the_example() -> None:
+    # The quotes are checked against their files by tests/docs/test_docs_in_step.py.
+    guide = (EXAMPLES.parents[1] / "docs" / "recipes" / "fastapi.md").read_text()
+    quoted = guide.count("<!-- quote: sdk/examples/fastapi_shop/")
+    assert guide.count("```python\n") == quoted >= 6
