@@ -154,9 +154,12 @@ def test_an_order_is_confirmed_by_the_worker_through_the_relay_command(
     assert created.status_code == 201, created.content
     [(row_id, result)] = outbox_rows(django_project, "D-1")
     assert result is None  # committed with the order, not delivered yet
-    assert relay_once(env).strip() == "1 row(s) claimed"
 
-    shown = wait_until_confirmed("D-1")
+    relay = OrbitProcess.command([sys.executable, str(PROJECT / "manage.py"), "relay_outbox"], env)
+    try:
+        shown = wait_until_confirmed("D-1")
+    finally:
+        assert relay.stop() == 0, relay.stderr  # SIGTERM: it stops after the pass under way
     [task] = tasks_of(dev, "D-1")
     assert shown == {
         "id": "D-1",
@@ -184,7 +187,7 @@ def test_a_duplicate_order_leaves_no_outbox_row_and_no_task(
     assert again.status_code == 409, again.content
     assert len(outbox_rows(django_project, "D-2")) == 1  # the second one rolled back
     assert post_order({"id": "D-2b", "email": "x@example.com"}).status_code == 400
-    relay_once(env)
+    assert relay_once(env).strip() == "1 row(s) claimed"
     shown = wait_until_confirmed("D-2")
     assert (shown["email"], shown["confirmation"]["state"]) == ("bob@example.com", "succeeded")
     [task] = tasks_of(dev, "D-2")
