@@ -12,5 +12,5 @@ from orbit_sdk import Client
 @functools.cache
 def orbit_client() -> Client:
     """One client per process: it keeps its connections, and fails over between the URLs
-    of ``ORBIT_URL``. Its calls are safe from several threads."""
+    of ``ORBIT_URL``."""
     return Client(urls=settings.ORBIT_URL, api_key=settings.ORBIT_API_KEY)
