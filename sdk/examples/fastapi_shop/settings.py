@@ -15,9 +15,12 @@ class Settings:
 
     @classmethod
     def from_env(cls) -> Settings:
+        relay = os.environ.get("OUTBOX_RELAY", "embedded")
+        if relay not in ("embedded", "external"):
+            raise ValueError(f"OUTBOX_RELAY must be 'embedded' or 'external', not {relay!r}")
         return cls(
             database_url=os.environ.get("DATABASE_URL", "sqlite+aiosqlite:///shop.db"),
             orbit_url=os.environ.get("ORBIT_URL", "http://127.0.0.1:7070"),
             orbit_api_key=os.environ.get("ORBIT_API_KEY") or None,
-            embedded_relay=os.environ.get("OUTBOX_RELAY", "embedded") == "embedded",
+            embedded_relay=relay == "embedded",
         )

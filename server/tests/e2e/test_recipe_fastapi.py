@@ -158,6 +158,25 @@ def test_a_duplicate_order_rolls_back_its_outbox_row_and_the_relay_command_deliv
     assert task.idempotency_key == row_id
 
 
+def test_the_settings_come_from_the_environment(
+    shop: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgresql+psycopg://shop@db.internal/shop")
+    monkeypatch.setenv("ORBIT_URL", "http://orbit-1:7070,http://orbit-2:7070")
+    monkeypatch.setenv("ORBIT_API_KEY", "k")
+    monkeypatch.setenv("OUTBOX_RELAY", "external")
+    settings = shop.Settings.from_env()
+    assert settings == shop.Settings(
+        database_url="postgresql+psycopg://shop@db.internal/shop",
+        orbit_url="http://orbit-1:7070,http://orbit-2:7070",
+        orbit_api_key="k",
+        embedded_relay=False,
+    )
+    monkeypatch.setenv("OUTBOX_RELAY", "embeded")
+    with pytest.raises(ValueError, match="OUTBOX_RELAY must be 'embedded' or 'external'"):
+        shop.Settings.from_env()
+
+
 def test_the_recipes_handler_tests_pass() -> None:
     """``fastapi_shop/test_worker.py``, run by a pytest of its own with orbit-sdk's plugin
     (which starts its own ``orbit dev --testing``)."""
