@@ -3,6 +3,10 @@ Its behaviour on real databases is tested in server/tests/outbox/."""
 
 from __future__ import annotations
 
+import json
+import sqlite3
+from dataclasses import dataclass
+
 import pytest
 
 from orbit_sdk import (
@@ -12,11 +16,13 @@ from orbit_sdk import (
     OrbitError,
     ProtocolError,
     RateLimitedError,
+    RetryPolicy,
     StateConflictError,
     TransportError,
     UnavailableError,
+    task_ref,
 )
-from orbit_sdk.outbox import OutboxError, ddl_statements
+from orbit_sdk.outbox import OutboxError, ddl_statements, submit_request
 from orbit_sdk.outbox._dialects import dialect_named, pyformat
 from orbit_sdk.outbox._ids import new_id
 from orbit_sdk.outbox._relay import _passing, backoff_delay
@@ -75,3 +81,33 @@ def test_failures_that_may_pass_are_retried_and_refusals_parked(
     error: BaseException, passing: bool
 ) -> None:
     assert _passing(error) is passing
+
+
+@dataclass
+class Charge:
+    order: str
+    cents: int
+
+
+def test_a_typed_request_keeps_its_defaults_and_version_in_the_row() -> None:
+    """``submit_request`` writes what a typed reference's ``request`` carries: the params
+    encoded by its model, the declared defaults, the handler version; the row's id is the
+    idempotency key unless the request names one."""
+    charge = task_ref(queue="billing", type="charge", params=Charge, result=dict, version="2",
+                      retry=RetryPolicy(max_attempts=7), timeout_ms=5_000)  # fmt: skip
+    conn = sqlite3.connect(":memory:")
+    for statement in ddl_statements("sqlite"):
+        conn.execute(statement)
+    row_id = submit_request(conn, charge.request(Charge("A-1", 990), priority=3),
+                            aggregate_key="order:A-1")  # fmt: skip
+    payload, key = conn.execute(
+        "SELECT payload, aggregate_key FROM orbit_outbox WHERE id = ?", (row_id,)
+    ).fetchone()
+    request = json.loads(payload)["request"]
+    assert key == "order:A-1"
+    assert request["params"] == {"order": "A-1", "cents": 990}
+    assert (request["queue"], request["type"], request["handler_version"]) == (
+        "billing", "charge", "2"
+    )  # fmt: skip
+    assert request["retry"]["max_attempts"] == 7 and request["timeout_ms"] == 5_000
+    assert request["priority"] == 3 and request["idempotency_key"] == row_id

@@ -87,13 +87,10 @@ Orbit = Annotated[AsyncClient, Depends(orbit_client)]
 
 async def place_order(order: OrderIn, db: Session) -> OrderOut:
     params = ConfirmOrder(order_id=order.id, email=order.email, total_cents=order.total_cents)
-    outbox_id = await outbox.submit_async(
+    outbox_id = await outbox.submit_request_async(
         db,  # the request's transaction: the row commits with the order, or not at all
-        confirm_order.queue,
-        confirm_order.type,
-        confirm_order.encode_params(params),  # checked against ConfirmOrder
+        confirm_order.request(params),  # checked against ConfirmOrder, with its defaults
         aggregate_key=f"order:{order.id}",
-        **confirm_order.defaults,  # the retry policy and timeout declared with the task
     )
     db.add(Order(**order.model_dump(), outbox_id=outbox_id))
     return OrderOut(**order.model_dump(), confirmation=TaskView(delivery="pending"))

@@ -25,13 +25,10 @@ def place_order(request: HttpRequest) -> JsonResponse:
         return JsonResponse({"detail": "give id, email and total_cents as JSON"}, status=400)
     try:
         with transaction.atomic():  # the row commits with the order, or not at all
-            outbox_id = outbox.submit(
+            outbox_id = outbox.submit_request(
                 connection,
-                confirm_order.queue,
-                confirm_order.type,
-                confirm_order.encode_params(params),  # checked against ConfirmOrder
+                confirm_order.request(params),  # checked against ConfirmOrder, with its defaults
                 aggregate_key=f"order:{params.order_id}",
-                **confirm_order.defaults,  # the retry policy and timeout declared with the task
             )
             Order.objects.create(
                 id=params.order_id,

@@ -93,6 +93,40 @@ def submit(
     return row.id
 
 
+def request_options(request: TaskRequest) -> dict[str, Any]:
+    """The keyword arguments of :func:`submit` that ``request`` holds (its queue, type and
+    params aside)."""
+    return {
+        "idempotency_key": request.idempotency_key,
+        "priority": request.priority,
+        "run_at": request.run_at,
+        "delay_ms": request.delay_ms,
+        "concurrency_key": request.concurrency_key,
+        "fairness_key": request.fairness_key,
+        "side_effect": request.side_effect,
+        "handler_version": request.handler_version,
+        "retry": request.retry,
+        "timeout_ms": request.timeout_ms,
+        "labels": request.labels,
+    }
+
+
+def submit_request(
+    conn: Any,
+    request: TaskRequest,
+    *,
+    aggregate_key: str | None = None,
+    traceparent: str | None = None,
+) -> str:
+    """:func:`submit` of a whole :class:`~orbit_sdk.TaskRequest`: a typed task reference's
+    ``ref.request(params, **overrides)``, which carries the params checked against its model,
+    its declared defaults and its handler version. Answers the row's id."""
+    return submit(
+        conn, request.queue, request.type, request.params, aggregate_key=aggregate_key,
+        traceparent=traceparent, **request_options(request),
+    )  # fmt: skip
+
+
 def start_workflow(
     conn: Any,
     definition: str,

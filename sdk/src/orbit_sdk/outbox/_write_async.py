@@ -9,10 +9,17 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from orbit_sdk._models import RetryPolicy, SideEffect
+from orbit_sdk._models import RetryPolicy, SideEffect, TaskRequest
 from orbit_sdk.outbox._dialects import Dialect, pyformat
 from orbit_sdk.outbox._errors import OutboxError
-from orbit_sdk.outbox._write import Row, signal_row, task_row, workflow_row, write_row
+from orbit_sdk.outbox._write import (
+    Row,
+    request_options,
+    signal_row,
+    task_row,
+    workflow_row,
+    write_row,
+)
 
 __all__ = ["signal_async", "start_workflow_async", "submit_async"]
 
@@ -58,6 +65,20 @@ async def submit_async(
     )
     await _write_async(conn, row)
     return row.id
+
+
+async def submit_request_async(
+    conn: Any,
+    request: TaskRequest,
+    *,
+    aggregate_key: str | None = None,
+    traceparent: str | None = None,
+) -> str:
+    """:func:`~orbit_sdk.outbox.submit_request` on an asynchronous connection."""
+    return await submit_async(
+        conn, request.queue, request.type, request.params, aggregate_key=aggregate_key,
+        traceparent=traceparent, **request_options(request),
+    )  # fmt: skip
 
 
 async def start_workflow_async(
