@@ -7,7 +7,9 @@ tasks or queues.
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -116,17 +118,22 @@ def print_json(value: Any) -> None:
 
 
 def watch(draw: Callable[[], RenderableType], every_s: float) -> None:
-    """Redraw ``draw()`` every ``every_s`` seconds until Ctrl-C, with when it was drawn."""
+    """Redraw ``draw()`` every ``every_s`` seconds until Ctrl-C, with when it was drawn.
+
+    Ctrl-C only sets a flag, read between redraws: an interrupt raised in the middle of a
+    redraw could leave the terminal library's lock held, and the command would then hang on
+    its way out instead of stopping."""
 
     def frame() -> RenderableType:
         drawn_at = time.strftime("%H:%M:%S")
         footer = Text(f"{drawn_at}, every {every_s:g} s; Ctrl-C to stop", style="dim")
         return Group(draw(), footer)
 
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         with Live(frame(), console=console(), auto_refresh=False) as live:
-            while True:
-                time.sleep(every_s)
+            while not stop.wait(every_s):
                 live.update(frame(), refresh=True)
-    except KeyboardInterrupt:
-        return
+    finally:
+        signal.signal(signal.SIGINT, previous)
