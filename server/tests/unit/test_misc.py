@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -54,6 +55,32 @@ def test_database_urls() -> None:
     for bad in ("postgres://x/y", "mysql://host", "sqlite://host/x", "sqlite:///"):
         with pytest.raises(InvalidDatabaseUrl):
             parse_database_url(bad)
+
+
+def test_a_mysql_url_may_name_several_hosts_tried_in_order() -> None:
+    url = parse_database_url("mysql://orbit:pw@db1:3306,db2:3307,db3,[fd00::7]:3310/orbit")
+    assert isinstance(url, MySQLUrl)
+    assert url.endpoints == (("db1", 3306), ("db2", 3307), ("db3", 3306), ("fd00::7", 3310))
+    assert (url.host, url.port, url.user, url.password) == ("db1", 3306, "orbit", "pw")
+    assert url.redacted() == "mysql://orbit:***@db1:3306,db2:3307,db3:3306,[fd00::7]:3310/orbit"
+    one = parse_database_url("mysql://orbit@db1/orbit")
+    assert isinstance(one, MySQLUrl) and one.endpoints == (("db1", 3306),)
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("mysql://u@db1:33o6,db2/orbit", "port of the database URL's host 'db1'"),
+        ("mysql://u@db1,db2:0/orbit", "port of the database URL's host 'db2'"),
+        ("mysql://u@db1,,db2/orbit", "a host of the database URL is empty"),
+        ("mysql://u@db1,db1:3306/orbit", "the same host twice"),
+        ("mysql://u@[fd00::1/orbit", "malformed host"),
+        ("mysql://u@db1,db2/orbit?unix_socket=/run/m.sock", "one host only"),
+    ],
+)
+def test_bad_host_lists_are_refused_clearly(url: str, says: str) -> None:
+    with pytest.raises(InvalidDatabaseUrl, match=re.escape(says)):
+        parse_database_url(url)
 
 
 def test_secrets_are_redacted_from_log_events() -> None:

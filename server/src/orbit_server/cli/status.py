@@ -40,6 +40,9 @@ def show_status(url: str, api_key: str | None, timeout_s: float = 10.0) -> int:
     checks = ready.get("checks", {}) if isinstance(ready, dict) else {}
     state = "ready" if status == 200 else "not ready"
     typer.echo(f"{base}: {state} ({', '.join(f'{k}={v}' for k, v in checks.items())})")
+    if "database_node" in checks:
+        role = checks.get("database_role", "unknown role")
+        typer.echo(f"database node: {checks['database_node']} ({role})")
     if api_key:
         status_me, me = _get(f"{base}/v1/whoami", api_key, timeout_s)
         if status_me == 200 and isinstance(me, dict):

@@ -11,6 +11,7 @@ import structlog
 from orbit_server.errors import DatabaseUnavailable
 from orbit_server.observability.metrics import Metrics
 from orbit_server.store import Database
+from orbit_server.store.base import NodeNotWritable
 from orbit_server.store.migrate import schema_status
 
 log = structlog.get_logger("orbit.health")
@@ -62,8 +63,14 @@ class ReadinessProbe:
             )
             self._db.availability.failed(away)
             log.debug("readiness: database unreachable", reason=type(exc).__name__)
+            if isinstance(exc, NodeNotWritable):
+                checks["database"] = "not writable"
+                return Readiness(False, checks, exc.message)
             return Readiness(False, checks, "the database is unreachable")
         self._db.availability.answered()
+        node = self._db.database_node()
+        if node is not None:
+            checks["database_node"], checks["database_role"] = node
         self._metrics.db_up.set(1)
         self._metrics.schema_current.set(1 if status.current else 0)
         if not status.current:

@@ -51,6 +51,11 @@ class ConnectionLost(Exception):
     """The connection failed before COMMIT; nothing of the unit was committed."""
 
 
+class NodeNotWritable(DatabaseUnavailable):
+    """The database server answers but may not take Orbit's writes now: read-only, or a
+    Galera node that is not a synced member of the primary component (SPEC S2)."""
+
+
 class Tx(Protocol):
     """One open transaction. Every method takes a query *name* and its parameters."""
 
@@ -242,6 +247,12 @@ class Database(abc.ABC):
 
     @abc.abstractmethod
     async def close(self) -> None: ...
+
+    def database_node(self) -> tuple[str, str] | None:
+        """(``host:port``, role) of the database server in use, when it is a network server
+        (docs/operations/database-ha.md); None for an embedded database or before a node is
+        chosen."""
+        return None
 
     @abc.abstractmethod
     def pool_stats(self) -> tuple[int, int]:

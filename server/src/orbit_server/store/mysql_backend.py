@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
 import asyncmy
+import structlog
 from asyncmy import errors as my_errors
 from asyncmy.connection import Connection
 from asyncmy.cursors import DictCursor
@@ -32,6 +34,7 @@ from orbit_server.store.base import (
     ConnectionLost,
     Database,
     DuplicateKey,
+    NodeNotWritable,
     Params,
     RetryPolicy,
     Row,
@@ -43,9 +46,18 @@ from orbit_server.store.base import (
     to_db_time,
     utc,
 )
-from orbit_server.store.probe import evaluate_mysql_server, isolation_variable
+from orbit_server.store.probe import (
+    GALERA_SYNCED,
+    NotWritable,
+    UnsupportedServer,
+    evaluate_mysql_server,
+    evaluate_node_role,
+    isolation_variable,
+)
 from orbit_server.store.sql import QueryBook
-from orbit_server.store.url import MySQLUrl
+from orbit_server.store.url import Endpoint, MySQLUrl, endpoint_text
+
+log = structlog.get_logger("orbit.store")
 
 ER_DUP_ENTRY = 1062
 ER_LOCK_WAIT_TIMEOUT = 1205
@@ -69,6 +81,7 @@ _CONNECTION_EXCEPTIONS: tuple[type[BaseException], ...] = (
 # statements, too many connections, access denied, unknown database.
 _UNAVAILABLE_CODES = {
     1290: "the database is read-only",
+    1047: "the database node is not ready (not a synced member of the primary component)",
     1792: "the database is read-only",
     1317: "the database interrupted the statement",
     1969: "the database timed out the statement",
@@ -79,6 +92,9 @@ _UNAVAILABLE_CODES = {
     1044: "access to the database was denied",
     1049: "the database does not exist",
 }
+# The node refuses work until another is chosen: read-only, or a Galera node that left the
+# primary component.
+_NODE_REFUSES = frozenset({1290, 1792, 1047})
 # Values the column cannot hold (too long, out of range, wrong type): the caller's input.
 _DATA_CODES = frozenset({1264, 1265, 1292, 1366, 1406, 3140})
 
@@ -328,7 +344,48 @@ class MySQLTx:
             await self._cursor_call(use)
 
 
+@dataclass(frozen=True, slots=True)
+class DatabaseNode:
+    """The server the pools talk to and what it is: ``primary`` or ``galera synced``."""
+
+    endpoint: Endpoint
+    role: str
+    detail: str = ""
+
+    @property
+    def address(self) -> str:
+        return endpoint_text(self.endpoint)
+
+
+class NoWritableNode(ConnectionLost):
+    """No host of the URL is a writable primary now; the message says what each one is.
+    A lost connection for the unit that meets it (retried, then refused with a 503)."""
+
+    def __init__(self, message: str, *, unsupported: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.unsupported = unsupported
+
+
+def _name_values(rows: Sequence[Any]) -> dict[str, str]:
+    """``SHOW VARIABLES``/``SHOW STATUS`` rows (tuples or dicts) as lower-case name -> value."""
+    found: dict[str, str] = {}
+    for row in rows:
+        name, value = tuple(row.values()) if isinstance(row, dict) else tuple(row)
+        found[str(name).lower()] = "" if value is None else str(value)
+    return found
+
+
 class MySQLDatabase(Database):
+    """A MySQL-family database behind one or several hosts (``mysql://u@h1,h2:3307/db``).
+
+    Every pool talks to one node: the first host, in the URL's order, that answers and is a
+    writable primary (``evaluate_node_role``), chosen when the pools are built. A unit that
+    loses its connection, or finds the node read-only or out of the Galera primary component,
+    drops the pools; the next unit chooses again, the node it used first, then the others,
+    each looked up by name again. Selection runs once at a time, and units that waited for a
+    failed one fail with it instead of trying every host again."""
+
     dialect = "mysql"
 
     def __init__(
@@ -357,13 +414,24 @@ class MySQLDatabase(Database):
         self._closed = False
         self._info: ServerInfo | None = None
         self.isolation_variable = "transaction_isolation"
+        #: The node the pools talk to (None while there are no pools).
+        self.node: DatabaseNode | None = None
+        self._current = url.endpoints[0]  # tried first at the next selection
+        self._selections_failed = 0
+        self._last_failure: NoWritableNode | None = None
+        self._retiring: set[asyncio.Task[None]] = set()
 
     def connection_kwargs(
-        self, init_command: str | None = None, *, autocommit: bool = False
+        self,
+        init_command: str | None = None,
+        *,
+        autocommit: bool = False,
+        endpoint: Endpoint | None = None,
     ) -> dict[str, Any]:
+        host, port = endpoint or self._current
         kwargs: dict[str, Any] = {
-            "host": self.url.host,
-            "port": self.url.port,
+            "host": host,
+            "port": port,
             "user": self.url.user,
             "password": self.url.password,
             "database": self.url.database,
@@ -380,39 +448,96 @@ class MySQLDatabase(Database):
             kwargs["unix_socket"] = self.url.unix_socket
         return kwargs
 
-    def session_setup(self) -> str:
-        """One statement run on every pooled connection as it opens."""
-        return (
+    def session_setup(self, *, galera: bool = False) -> str:
+        """One statement run on every pooled connection as it opens. On Galera, reads wait
+        until the node has applied every write the cluster committed before them
+        (``wsrep_sync_wait`` bit 1), so a node taken over after a failover never answers
+        from a state older than what Orbit was told was committed."""
+        setup = (
             f"SET SESSION {self.isolation_variable} = 'READ-COMMITTED', "
             f"SESSION innodb_lock_wait_timeout = {int(self._lock_wait_timeout_s)}"
         )
+        if galera:
+            setup += ", SESSION wsrep_sync_wait = @@GLOBAL.wsrep_sync_wait | 1"
+        return setup
 
-    async def open_connection(self) -> Connection:
-        """A connection outside the pool (probe, migration lock); errors are the seam's."""
+    async def _connect_to(self, endpoint: Endpoint) -> Connection:
         try:
-            conn: Connection = await asyncmy.connect(**self.connection_kwargs())
+            conn: Connection = await asyncmy.connect(**self.connection_kwargs(endpoint=endpoint))
         except Exception as exc:
             mapped = translate(exc)
             if isinstance(mapped, DatabaseUnavailable):
                 raise mapped from exc
             if isinstance(mapped, ConnectionLost) or could_not_connect(exc):
                 raise DatabaseUnavailable(
-                    f"cannot connect to the database at {self.url.redacted()}"
+                    f"cannot connect to the database at {endpoint_text(endpoint)}"
                 ) from exc
             raise
         return conn
 
-    async def _probe(self) -> ServerInfo:
-        conn = await self.open_connection()
+    async def open_connection(self) -> Connection:
+        """A connection outside the pool (migration lock) to the node in use; errors are the
+        seam's."""
+        if self.node is None:
+            await self.connect()
+        return await self._connect_to(self._current)
+
+    async def _probe(self, endpoint: Endpoint) -> tuple[ServerInfo, DatabaseNode]:
+        """What ``endpoint`` is: its settings checked (UnsupportedServer) and its role
+        (NotWritable unless it may take Orbit's writes)."""
+        conn = await self._connect_to(endpoint)
         try:
             version = await self._raw_fetch(conn, "server_version")
-            variables = await self._raw_fetch(conn, "server_variables")
+            variables = _name_values(await self._raw_fetch(conn, "server_variables"))
+            galera = variables.get("wsrep_on", "").upper() == "ON"
+            status = _name_values(await self._raw_fetch(conn, "node_status")) if galera else {}
+            info = evaluate_mysql_server(str(version[0][0]) if version else "", variables)
+            role = evaluate_node_role(variables, status)
+            if galera:
+                await self._check_galera_tables(conn)
         finally:
             conn.close()
-        found = {str(v[0]).lower(): str(v[1]) for v in variables}
-        info = evaluate_mysql_server(str(version[0][0]) if version else "", found)
-        self.isolation_variable = isolation_variable(info.version)
-        return info
+        return info, DatabaseNode(endpoint, role.role, role.detail)
+
+    async def _check_galera_tables(self, conn: Connection) -> None:
+        """Galera certifies writes by primary key and replicates InnoDB only."""
+        unsafe = await self._raw_fetch(conn, "tables_unsafe_for_galera")
+        if unsafe:
+            names = ", ".join(
+                f"{name} ({engine}{'' if has_pk else ', no primary key'})"
+                for name, engine, has_pk in unsafe
+            )
+            raise UnsupportedServer(
+                f"on Galera every table must be InnoDB with a primary key; these are not: {names}"
+            )
+
+    async def _select_node(self) -> tuple[ServerInfo, DatabaseNode]:
+        """The first writable primary: the node used last first, then the URL's order."""
+        order = [self._current, *(e for e in self.url.endpoints if e != self._current)]
+        refused: list[str] = []
+        unsupported = False
+        for endpoint in order:
+            try:
+                async with asyncio.timeout(self._connect_timeout_s * 2):
+                    info, node = await self._probe(endpoint)
+            except (DatabaseUnavailable, TimeoutError) as exc:
+                reason = exc.message if isinstance(exc, DatabaseUnavailable) else "no answer"
+                refused.append(f"{endpoint_text(endpoint)}: {reason}")
+            except (NotWritable, UnsupportedServer) as exc:
+                unsupported = unsupported or isinstance(exc, UnsupportedServer)
+                refused.append(f"{endpoint_text(endpoint)}: {exc}")
+            else:
+                if endpoint != self._current:
+                    log.warning("database node changed", node=node.address, role=node.role,
+                                refused="; ".join(refused))  # fmt: skip
+                self._current = endpoint
+                return info, node
+        if len(order) == 1:
+            raise NoWritableNode(refused[0].partition(": ")[2], unsupported=unsupported)
+        raise NoWritableNode(
+            "no database host is a writable primary: " + "; ".join(refused),
+            unsupported=unsupported,
+        )
 
     async def _raw_fetch(self, conn: Connection, query: str) -> list[Any]:
         sql, args = self.queries.bind(query, {})
@@ -423,31 +548,50 @@ class MySQLDatabase(Database):
 
     async def _ensure_pool(self, *, read: bool = False) -> Pool:
         """The write pool, or with ``read`` the autocommit pool of read-only units (the write
-        pool when there is none)."""
+        pool when there is none); built on a node chosen now when there is none."""
         read = read and self._read_max > 0
         pool = self._read_pool if read else self._pool
         if pool is not None:
             return pool
+        failed_before = self._selections_failed
         async with self._pool_lock:
             if self._closed:
                 raise DatabaseUnavailable("the database connection is closed")
-            if self._info is None:
-                self._info = await self._probe()
             if self._pool is None:
-                self._pool = await self._create_pool(self._pool_min, self._pool_max, False)
+                if self._selections_failed != failed_before and self._last_failure is not None:
+                    raise self._last_failure  # it failed while this unit waited for it
+                try:
+                    await self._build_pools()
+                except NoWritableNode as exc:
+                    self._selections_failed += 1
+                    self._last_failure = exc
+                    raise
             if read and self._read_pool is None:
                 self._read_pool = await self._create_pool(0, self._read_max, True)
             pool = self._read_pool if read else self._pool
             assert pool is not None
             return pool
 
+    async def _build_pools(self) -> None:
+        info, node = await self._select_node()
+        self.isolation_variable = isolation_variable(info.version)
+        self._info, self.node = info, node
+        try:
+            self._pool = await self._create_pool(self._pool_min, self._pool_max, False)
+        except ConnectionLost as exc:
+            self.node = None
+            raise NoWritableNode(f"the database at {node.address} went away") from exc
+
     async def _create_pool(self, minsize: int, maxsize: int, autocommit: bool) -> Pool:
+        node = self.node
+        assert node is not None
+        setup = self.session_setup(galera=node.role == GALERA_SYNCED)
         try:
             pool: Pool = await asyncmy.create_pool(
                 minsize=minsize,
                 maxsize=maxsize,
                 pool_recycle=3600,
-                **self.connection_kwargs(self.session_setup(), autocommit=autocommit),
+                **self.connection_kwargs(setup, autocommit=autocommit, endpoint=node.endpoint),
             )
         except Exception as exc:
             if could_not_connect(exc):
@@ -458,6 +602,10 @@ class MySQLDatabase(Database):
     async def connect(self) -> ServerInfo:
         try:
             await self._ensure_pool()
+        except NoWritableNode as exc:
+            if exc.unsupported:
+                raise UnsupportedServer(exc.message) from exc
+            raise DatabaseUnavailable(exc.message) from exc
         except ConnectionLost as exc:
             raise DatabaseUnavailable(
                 f"cannot connect to the database at {self.url.redacted()}"
@@ -465,20 +613,61 @@ class MySQLDatabase(Database):
         assert self._info is not None
         return self._info
 
+    def database_node(self) -> tuple[str, str] | None:
+        node = self.node
+        return None if node is None else (node.address, node.role)
+
+    def _drop_pools(self, pool: Pool) -> None:
+        """``pool``'s node failed: the next unit chooses a node again. The old pools close
+        as their connections come back (in-flight units end on their own), or are
+        terminated after a grace period."""
+        if pool is not self._pool and pool is not self._read_pool:
+            return  # another unit dropped them already
+        dropped = [p for p in (self._pool, self._read_pool) if p is not None]
+        self._pool = self._read_pool = None
+        self.node = None
+        for old in dropped:
+            old.close()
+            task = asyncio.get_running_loop().create_task(self._retire(old))
+            self._retiring.add(task)
+            task.add_done_callback(self._retiring.discard)
+
+    async def _retire(self, pool: Pool) -> None:
+        try:
+            async with asyncio.timeout(min(self.unit_timeout_s, CLOSE_GRACE_S)):
+                await pool.wait_closed()
+        except TimeoutError:
+            pool.terminate()
+        except Exception:  # a dead server's connections: nothing to save
+            pool.terminate()
+
     async def _acquire(self, pool: Pool) -> Connection:
         try:
             async with asyncio.timeout(self._connect_timeout_s):
                 conn: Connection = await pool.acquire()
         except TimeoutError as exc:
             raise DatabaseBusy("no database connection became free in time") from exc
+        except RuntimeError as exc:  # the pool was closed after this unit took it
+            if pool is self._pool or pool is self._read_pool:
+                raise
+            raise ConnectionLost("the pool was replaced") from exc
         except Exception as exc:
             if could_not_connect(exc):
+                self._drop_pools(pool)
                 raise ConnectionLost(type(exc).__name__) from exc
             raise
         return conn
 
     async def _run_once(self, unit: Unit[T], *, write: bool, timeout_s: float) -> T:
         pool = await self._ensure_pool(read=not write)
+        try:
+            return await self._run_on(pool, unit, timeout_s)
+        except (ConnectionLost, CommitOutcomeUnknown, DatabaseUnavailable) as exc:
+            if _node_failed(exc):
+                self._drop_pools(pool)
+            raise
+
+    async def _run_on(self, pool: Pool, unit: Unit[T], timeout_s: float) -> T:
         conn = await self._acquire(pool)
         reusable = False
         try:
@@ -526,19 +715,35 @@ class MySQLDatabase(Database):
         return DatabaseUnavailable()
 
     async def ping(self) -> None:
-        async def select_one(tx: Any) -> None:
-            await tx.fetch_one("ping")
+        """The node in use answers and may still take writes (a node made read-only, or a
+        Galera node out of the primary component, is dropped: the next unit chooses again)."""
+
+        async def role(tx: Any) -> tuple[list[Row], list[Row]]:
+            variables = await tx.fetch_all("node_variables")
+            galera = _name_values(variables).get("wsrep_on", "").upper() == "ON"
+            return variables, (await tx.fetch_all("node_status") if galera else [])
 
         try:
             async with asyncio.timeout(self._connect_timeout_s):
-                await self.read(select_one)
+                variables, status = await self.read(role)
         except TimeoutError as exc:
             raise DatabaseUnavailable("the database did not answer in time") from exc
+        try:
+            evaluate_node_role(_name_values(variables), _name_values(status))
+        except NotWritable as exc:
+            node = self.node
+            for pool in (self._pool, self._read_pool):
+                if pool is not None:
+                    self._drop_pools(pool)
+                    break
+            where = f" at {node.address}" if node else ""
+            raise NodeNotWritable(f"the database node{where} is not writable: {exc}") from exc
 
     async def close(self) -> None:
         self._closed = True
         pools = [p for p in (self._pool, self._read_pool) if p is not None]
         self._pool = self._read_pool = None
+        self.node = None
         for pool in pools:
             pool.close()
             try:
@@ -549,9 +754,26 @@ class MySQLDatabase(Database):
                     await pool.wait_closed()
             except TimeoutError:
                 pool.terminate()  # the server rolls back what they had not committed
+        if self._retiring:
+            await asyncio.gather(*self._retiring, return_exceptions=True)
 
     def pool_stats(self) -> tuple[int, int]:
         used = sum(
             int(p.size) - int(p.freesize) for p in (self._pool, self._read_pool) if p is not None
         )
         return used, self._pool_max + self._read_max
+
+
+def _node_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` says the node itself failed (not the unit): its connection was lost,
+    a COMMIT's connection was, or it refuses writes (read-only, not in the primary component)."""
+    if isinstance(exc, NoWritableNode):
+        return False  # no pool was used
+    if isinstance(exc, ConnectionLost):
+        return True
+    if isinstance(exc, CommitOutcomeUnknown):
+        cause = exc.__cause__
+        return cause is not None and is_connection_error(cause)
+    if isinstance(exc, DatabaseUnavailable) and not isinstance(exc, DatabaseBusy):
+        return _error_code(exc.__cause__) in _NODE_REFUSES if exc.__cause__ else False
+    return False
