@@ -663,8 +663,13 @@ class MySQLDatabase(Database):
         try:
             return await self._run_on(pool, unit, timeout_s)
         except (ConnectionLost, CommitOutcomeUnknown, DatabaseUnavailable) as exc:
-            if _node_failed(exc):
-                self._drop_pools(pool)
+            if not _node_failed(exc):
+                raise
+            self._drop_pools(pool)
+            if isinstance(exc, DatabaseUnavailable):
+                # Refused before COMMIT (read-only, not primary): nothing was written, so the
+                # unit is retried, on the node chosen next, like one that lost its connection.
+                raise ConnectionLost(exc.message) from exc
             raise
 
     async def _run_on(self, pool: Pool, unit: Unit[T], timeout_s: float) -> T:
@@ -692,6 +697,11 @@ class MySQLDatabase(Database):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # includes the timeout: the COMMIT may have landed
+                if _error_code(exc) == ER_LOCK_DEADLOCK:
+                    # A deadlock at COMMIT is a Galera certification failure: the server rolled
+                    # the transaction back (a definite outcome), and the unit may run again.
+                    reusable = await self._rollback(conn)
+                    raise TransientConflict(f"mysql error {ER_LOCK_DEADLOCK} at commit") from exc
                 raise CommitOutcomeUnknown() from exc
             reusable = True
             return result
