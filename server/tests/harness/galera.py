@@ -54,6 +54,7 @@ class GaleraCluster:
         self._gcomm = [free_port() for _ in range(size)]
         self._ist = [free_port() for _ in range(size)]
         self._sst = [free_port() for _ in range(size)]
+        self._donors: dict[int, str] = {}
         self.nodes = [
             ClusterNode(f"node{i + 1}", self._options_of(i), base_dir) for i in range(size)
         ]
@@ -83,15 +84,20 @@ class GaleraCluster:
             ]
             if not any(n.running for n in self.nodes if n is not self.nodes[index]):
                 found.append("--wsrep-new-cluster")
+            elif self._donors.get(index):
+                found.append(f"--wsrep-sst-donor={self._donors[index]}")
             return found
 
         return options
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    def start(self, node: ClusterNode | None = None) -> None:
-        """Start one node (it joins the others), or every node that is not running."""
+    def start(self, node: ClusterNode | None = None, donor: ClusterNode | None = None) -> None:
+        """Start one node (it joins the others, with a state transfer from ``donor`` when
+        given), or every node that is not running."""
         ensure_galera()
+        if node is not None and donor is not None:
+            self._donors[self.nodes.index(node)] = donor.name
         for candidate in [node] if node is not None else self.nodes:
             if not candidate.running:
                 self._mark_safe_to_bootstrap(candidate)
