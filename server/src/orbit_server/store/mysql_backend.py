@@ -567,7 +567,12 @@ class MySQLDatabase(Database):
                     self._last_failure = exc
                     raise
             if read and self._read_pool is None:
-                self._read_pool = await self._create_pool(0, self._read_max, True)
+                try:
+                    self._read_pool = await self._create_pool(0, self._read_max, True)
+                except ConnectionLost:
+                    assert self._pool is not None
+                    self._drop_pools(self._pool)  # its node went away: choose again
+                    raise
             pool = self._read_pool if read else self._pool
             assert pool is not None
             return pool
