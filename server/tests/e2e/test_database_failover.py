@@ -247,10 +247,10 @@ def rows(node: ClusterNode, prefix: str) -> list[list[str]]:
 def check_invariants(
     node: ClusterNode, orbit: Orbit, submitter: Submitter, within_s: float = 180
 ) -> dict[str, Any]:
-    """Wait for every task to settle; then every acknowledged submit exists exactly once
-    (with the acknowledged id) and no unsafe task started twice. Answers the figures; an
-    acknowledged submit that is missing is counted (lost), not asserted here: whether a
-    topology may lose one is the scenario's to say."""
+    """Wait for every task to settle; then every acknowledged submit that exists, exists
+    exactly once with the acknowledged id. Answers the figures: acknowledged submits missing
+    (lost) and unsafe tasks started twice are counted, not asserted here: whether a topology
+    may lose them is the scenario's to say."""
     deadline = time.monotonic() + within_s
     while True:
         found = rows(node, submitter.prefix)
@@ -270,13 +270,13 @@ def check_invariants(
     starts = orbit.starts()
     unsafe_ids = {r[1] for r in found if r[3] == "unsafe"}
     twice = {t: n for t, n in starts.items() if t in unsafe_ids and n > 1}
-    assert twice == {}, f"unsafe tasks started more than once: {twice}"
     states = collections.Counter(r[2] for r in found)
     return {
         "acknowledged": len(submitter.acked),
         "tasks": len(found),
         "states": dict(states),
         "lost_acknowledged": len(lost),
+        "unsafe_started_twice": len(twice),
         "resent": submitter.resent,
         "refused": dict(submitter.refused),
         "idempotent_started_twice": sum(
@@ -353,6 +353,7 @@ def test_galera_kill_the_node_in_use_under_load(orbit: Callable[[str], Orbit]) -
         figures["kills"] = recoveries
         report("galera kill -9 of the node in use", figures)
         assert figures["lost_acknowledged"] == 0
+        assert figures["unsafe_started_twice"] == 0
 
 
 def test_galera_two_servers_writing_through_two_nodes(orbit: Callable[[str], Orbit]) -> None:
@@ -383,6 +384,7 @@ def test_galera_two_servers_writing_through_two_nodes(orbit: Callable[[str], Orb
         figures["conflicts_per_1000_commits"] = round(1000 * conflicts / commits, 2)
         report("galera two writers on two nodes", figures)
         assert figures["lost_acknowledged"] == 0
+        assert figures["unsafe_started_twice"] == 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -410,7 +412,9 @@ def test_primary_kill_and_promotion(
             assert system.readiness(url)[1]["database_node"] == pair.primary.endpoint()
             if replica_behind:
                 pair.replica.sql("STOP SLAVE IO_THREAD;")
+                assert query(pair.replica, "SHOW SLAVE STATUS")[0][10] == "No"  # Slave_IO
                 time.sleep(3)
+            semi_sync_state = pair.status(pair.primary, "Rpl_semi_sync_master_status")
             acked_before_kill = len(submitter.acked)
             killed_at = time.monotonic()
             pair.primary.kill()
@@ -426,6 +430,7 @@ def test_primary_kill_and_promotion(
         figures.update(
             semi_sync=semi_sync,
             replica_cut_3s_before_kill=replica_behind,
+            semi_sync_status_at_kill=semi_sync_state,
             acknowledged_before_kill=acked_before_kill,
             promote_s=round(promote_s, 2),
             ready_after_kill_s=round(ready_after_kill_s, 2),
@@ -435,3 +440,4 @@ def test_primary_kill_and_promotion(
         report("primary kill -9 and promotion", figures)
         if semi_sync:
             assert figures["lost_acknowledged"] == 0
+            assert figures["unsafe_started_twice"] == 0
