@@ -7,6 +7,8 @@ import pytest
 
 from orbit_server.runtime.node import Node
 from orbit_server.store import Database
+from orbit_server.store.mysql_backend import MySQLDatabase
+from orbit_server.store.url import endpoint_text
 from tests.api.test_error_contract import assert_error
 from tests.conftest import bearer, make_key
 
@@ -19,10 +21,18 @@ async def test_healthz_answers_without_the_database(http: httpx2.AsyncClient, no
     assert response.status_code == 200 and response.json() == {"status": "ok"}
 
 
-async def test_readyz_reports_database_and_schema(http: httpx2.AsyncClient) -> None:
+def node_checks(db: Database) -> dict[str, str]:
+    """What /readyz adds for a database server: the node in use and its role."""
+    if not isinstance(db, MySQLDatabase):
+        return {}
+    return {"database_node": endpoint_text(db.url.endpoints[0]), "database_role": "primary"}
+
+
+async def test_readyz_reports_database_and_schema(http: httpx2.AsyncClient, node: Node) -> None:
     response = await http.get("/readyz")
     assert response.status_code == 200
-    assert response.json() == {"ready": True, "checks": {"database": "ok", "schema": "current"}}
+    checks = {"database": "ok", "schema": "current", **node_checks(node.db)}
+    assert response.json() == {"ready": True, "checks": checks}
 
 
 async def test_a_database_failure_is_503_without_internals(
@@ -71,7 +81,7 @@ async def test_readyz_is_503_on_a_schema_that_is_not_current(empty_db: Database)
         response = await http.get("/readyz")
     assert response.status_code == 503
     body = response.json()
-    assert body["checks"] == {"database": "ok", "schema": "outdated"}
+    assert body["checks"] == {"database": "ok", "schema": "outdated", **node_checks(empty_db)}
     assert "orbit migrate" in body["error"]["message"]
 
 

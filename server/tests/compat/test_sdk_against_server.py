@@ -11,6 +11,7 @@ import orbit_sdk
 from orbit_server.errors import ERROR_TYPES
 from orbit_server.governance.keys import Role
 from orbit_server.runtime.node import Node
+from tests.api.test_health import node_checks
 from tests.conftest import SCOPE, make_key, orbit_app
 
 
@@ -24,7 +25,11 @@ async def sdk(node: Node) -> AsyncIterator[orbit_sdk.AsyncClient]:
 
 async def test_the_sdk_reads_readiness(sdk: orbit_sdk.AsyncClient, node: Node) -> None:
     ready = await sdk.ready()
-    assert ready.ready and ready.checks == {"database": "ok", "schema": "current"}
+    assert ready.ready and ready.checks == {
+        "database": "ok",
+        "schema": "current",
+        **node_checks(node.db),
+    }
     assert await sdk.health() is True
     await node.db.close()
     down = await sdk.ready()

@@ -78,3 +78,17 @@ def test_a_good_key_on_a_ready_server(
     answers.update({"/readyz": (200, {"ready": True, "checks": {}}), "/v1/whoami": (200, ME)})
     assert show_status(url, "ok_key") == 0
     assert "key key_1: acme/prod, roles admin" in capsys.readouterr().out
+
+
+def test_the_database_node_in_use_is_named(
+    url: str, answers: dict[str, tuple[int, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    checks = {
+        "database": "ok",
+        "schema": "current",
+        "database_node": "db2.internal:3306",
+        "database_role": "galera synced",
+    }
+    answers["/readyz"] = (200, {"ready": True, "checks": checks})
+    assert show_status(url, None) == 0
+    assert "database node: db2.internal:3306 (galera synced)" in capsys.readouterr().out
