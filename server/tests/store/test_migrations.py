@@ -154,6 +154,9 @@ DIALECT_ONLY = {
     "migration_lock_release": "SQLite serialises migrators with a file lock",
     "connection_id": "SQLite has no server connections",
     "server_variables": "the startup probe of MySQL-family servers reads global variables",
+    "node_variables": "a MySQL-family node may be read-only (a replica): checked at readiness",
+    "node_status": "a Galera node may be unsynced or out of the primary component",
+    "tables_unsafe_for_galera": "Galera needs InnoDB tables with primary keys",
 }
 
 
