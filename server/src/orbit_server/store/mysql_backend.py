@@ -6,7 +6,8 @@ opens its transaction and no extra ``BEGIN`` round trip is paid. Read-only units
 smaller pool of autocommit connections: under READ COMMITTED each statement sees the latest
 commits either way, and a read then costs no ``COMMIT`` round trip. The startup probe runs on a
 connection of its own before the pool exists, because the session variable names it sets differ
-between MySQL and MariaDB.
+between MySQL and MariaDB. With several hosts in the URL, the pools talk to the first writable
+primary and are rebuilt on another node when it fails (``MySQLDatabase``; decision 0028).
 """
 
 from __future__ import annotations
