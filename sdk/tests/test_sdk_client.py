@@ -59,7 +59,7 @@ def test_sends_bearer_key_user_agent_and_accept() -> None:
     headers = recorder.last.headers
     assert headers["Authorization"] == "Bearer test-key"
     assert headers["User-Agent"] == f"orbit-sdk/{orbit_sdk.__version__}"
-    assert headers["User-Agent"] == "orbit-sdk/0.1.0"
+    assert headers["User-Agent"] == "orbit-sdk/0.2.0"
     assert headers["Accept"] == "application/json"
     assert "Content-Type" not in headers
 

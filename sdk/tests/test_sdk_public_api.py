@@ -80,7 +80,7 @@ def test_all_is_the_curated_public_api() -> None:
 
 
 def test_version_matches_the_installed_distribution() -> None:
-    assert orbit_sdk.__version__ == "0.1.0"
+    assert orbit_sdk.__version__ == "0.2.0"
     assert orbit_sdk.__version__ == importlib.metadata.version("orbit-sdk")
 
 

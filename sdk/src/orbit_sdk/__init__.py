@@ -72,7 +72,7 @@ from orbit_sdk._workflow_models import (
     WorkflowWait,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AsyncClient",
