@@ -3,12 +3,14 @@ nothing lost (docs/operations/upgrades.md).
 
 The previous release (``compat/releases.toml``) is built from this repository's history into
 wheels and installed in a virtual environment of its own, once per test session. Then, as an
-operator would: the previous ``orbit migrate``, a previous server and worker under load; this
+operator would: the previous ``orbit migrate``, a previous server and worker under load (keyed
+submits, half of them unsafe, and two-step workflows); this
 release's ``orbit migrate`` (expand) while that server runs; this release's server beside it;
 workers of both SDK releases connected across releases; the old server and old workers stopped
 with SIGTERM (a graceful drain) while submits go on, re-sent to the other server with their
 idempotency key when an answer is lost. The database then says: one task per acknowledged
-key, every task succeeded, unsafe work ran once, and each release pairing ran work.
+key, every task and workflow succeeded, each step ran as one task, unsafe work ran once, and
+each server release ran work of each SDK release.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def work(ctx: TaskContext) -> dict:
     with LOG.open("a") as log:
         log.write(f"{ctx.task_id} {ctx.attempt} {orbit_sdk.__version__}\\n")
     time.sleep(0.02)  # long enough to be held across a drain
-    return {"n": ctx.params["n"]}
+    return {"n": ctx.params.get("n")}
 """
 
 
@@ -150,7 +152,8 @@ class Submitter:
         deadline = time.monotonic() + 30
         attempt = 0
         while True:
-            url = self.urls[attempt % len(self.urls)]
+            urls = self.urls
+            url = urls[(n + attempt) % len(urls)]  # alternate between the servers that are up
             try:
                 answer = httpx2.post(
                     f"{url}/v1/tasks", json=body, timeout=5,
@@ -179,6 +182,24 @@ class Submitter:
         self.stop.set()
         assert self.thread is not None
         self.thread.join(timeout=60)
+
+
+FLOW = {
+    "name": "upgrade-flow", "version": "1",
+    "steps": [
+        {"id": "first", "kind": "task", "queue": "upgrade", "type": "work", "next": "second"},
+        {"id": "second", "kind": "task", "queue": "upgrade", "type": "work"},
+    ],
+}  # fmt: skip
+
+
+def start_flow(url: str, key: str, name: str) -> str:
+    answer = httpx2.post(
+        f"{url}/v1/workflows", json={"definition": "upgrade-flow", "input": {},
+        "idempotency_key": name}, headers={"Authorization": f"Bearer {key}"}, timeout=10,
+    )  # fmt: skip
+    assert answer.status_code == 201, answer.text
+    return str(answer.json()["id"])
 
 
 def connect(url: str) -> pymysql.connections.Connection[Any]:
@@ -271,6 +292,12 @@ def test_a_rolling_upgrade_from_the_previous_release_loses_nothing(
         submitter = Submitter([old_url], key)
         submitter.start()
         connected(old_url, 1)
+        published = httpx2.post(
+            f"{old_url}/v1/workflow-definitions", json=FLOW,
+            headers={"Authorization": f"Bearer {key}"}, timeout=10,
+        )  # fmt: skip
+        assert published.status_code == 201, published.text
+        flows = [start_flow(old_url, key, f"flow-old-{i}") for i in range(2)]
 
         # -- expand: this release's migrations while the old server serves ----------------
         applied = orbit(new_bin, "migrate")
@@ -286,6 +313,7 @@ def test_a_rolling_upgrade_from_the_previous_release_loses_nothing(
         worker(new_bin, "new-worker", new_url)
         connected(old_url, 2)
         connected(new_url, 2)
+        flows += [start_flow(new_url, key, f"flow-new-{i}") for i in range(2)]
         # until each server has run work of each SDK release (the database says so)
         deadline = time.monotonic() + 30
         while not all(pairings(url)[p] for p in PAIRINGS):
@@ -307,10 +335,12 @@ def test_a_rolling_upgrade_from_the_previous_release_loses_nothing(
 
         # -- what the database says ------------------------------------------------------------
         deadline = time.monotonic() + SETTLE_S
-        while rows(url, "SELECT COUNT(*) FROM tasks WHERE state <> 'succeeded'")[0][0]:
-            assert time.monotonic() < deadline, rows(
-                url, "SELECT id, state FROM tasks WHERE state <> 'succeeded' LIMIT 20"
-            )
+        unsettled = (
+            "SELECT 'task', id, state FROM tasks WHERE state <> 'succeeded' UNION ALL "
+            "SELECT 'workflow', id, state FROM workflows WHERE state <> 'succeeded' LIMIT 20"
+        )
+        while found := rows(url, unsettled):
+            assert time.monotonic() < deadline, found
             time.sleep(0.1)
     finally:
         for proc in processes:
@@ -318,7 +348,11 @@ def test_a_rolling_upgrade_from_the_previous_release_loses_nothing(
                 proc.proc.kill()
             proc.stop(timeout=10)
 
-    tasks = rows(url, "SELECT idempotency_key, id, state, side_effect, attempts FROM tasks")
+    tasks = rows(
+        url,
+        "SELECT idempotency_key, id, state, side_effect, attempts FROM tasks "
+        "WHERE owner_kind IS NULL",
+    )
     acknowledged = submitter.acknowledged
     assert len(tasks) == len(acknowledged) == submitter.n  # one task per key, none extra
     assert {k: i for k, i, *_ in tasks} == acknowledged  # each acknowledged id is the task
@@ -330,9 +364,16 @@ def test_a_rolling_upgrade_from_the_previous_release_loses_nothing(
 
     ran_by = pairings(url)
     assert all(ran_by[p] for p in PAIRINGS), ran_by
+    steps = rows(url, "SELECT owner_id, state FROM tasks WHERE owner_kind = 'workflow'")
+    assert sorted(flow for flow, _ in steps) == sorted(flows * 2)  # two steps each, once
+    assert {state for _, state in steps} == {"succeeded"}
+    assert sorted(rows(url, "SELECT id, state FROM workflows")) == sorted(
+        (flow, "succeeded") for flow in flows
+    )
     releases_seen = Counter(line.split()[2] for line in log.read_text().splitlines())
     assert set(releases_seen) == {previous().version, current().version}
     print(
-        f"{len(tasks)} tasks ({len(unsafe)} unsafe), {submitter.resent} re-sent submits; "
+        f"{len(tasks)} tasks ({len(unsafe)} unsafe), {submitter.resent} re-sent submits, "
+        f"{len(flows)} workflows; "
         f"attempts by (server, worker): {dict(ran_by)}"
     )
