@@ -121,7 +121,12 @@ def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     wheels = sorted(str(w) for w in (base / "dist").glob("*.whl"))
     run("pip", "install", "--quiet", "--python", str(base / "venv" / "bin" / "python"),
         "-c", str(base / "constraints.txt"), *wheels)  # fmt: skip
-    return base / "venv" / "bin"
+    bin_dir = base / "venv" / "bin"
+    reported = subprocess.run(
+        [str(bin_dir / "orbit"), "version"], capture_output=True, text=True, check=True
+    )
+    assert reported.stdout.strip() == release.version
+    return bin_dir
 
 
 @dataclass
@@ -300,6 +305,12 @@ def test_a_rolling_upgrade_from_the_previous_release_loses_nothing(
         flows = [start_flow(old_url, key, f"flow-old-{i}") for i in range(2)]
 
         # -- expand: this release's migrations while the old server serves ----------------
+        early = subprocess.run(
+            [str(new_bin / "orbit"), "server", "--port", "0"], capture_output=True, text=True,
+            env=clean_env(env), timeout=60, check=False,
+        )  # fmt: skip
+        assert early.returncode == 2, early.stderr  # this release refuses the older schema
+        assert "run `orbit migrate` first" in early.stderr
         applied = orbit(new_bin, "migrate")
         assert f"applied {current().migrations:04d}_" in applied, applied
         ready = httpx2.get(f"{old_url}/readyz")
