@@ -146,10 +146,7 @@ class Submitter:
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
     n: int = 0
-
-    def submit(self, count: int) -> None:
-        for _ in range(count):
-            self.submit_one()
+    failure: BaseException | None = None
 
     def submit_one(self) -> None:
         self.n += 1
@@ -181,17 +178,31 @@ class Submitter:
 
     def start(self) -> None:
         def loop() -> None:
-            while not self.stop.is_set():
-                self.submit_one()
-                self.stop.wait(0.01)
+            try:
+                while not self.stop.is_set():
+                    self.submit_one()
+                    self.stop.wait(0.01)
+            except BaseException as exc:  # told by wait_for and join
+                self.failure = exc
 
         self.thread = threading.Thread(target=loop, daemon=True)
         self.thread.start()
+
+    def wait_for(self, count: int) -> None:
+        """Until ``count`` more submits have been made."""
+        target, deadline = self.n + count, time.monotonic() + 60
+        while self.n < target:
+            if self.failure is not None:
+                raise self.failure
+            assert time.monotonic() < deadline, f"{self.n} of {target} submits made"
+            time.sleep(0.05)
 
     def join(self) -> None:
         self.stop.set()
         assert self.thread is not None
         self.thread.join(timeout=60)
+        if self.failure is not None:
+            raise self.failure
 
 
 FLOW = {
@@ -334,6 +345,7 @@ def test_a_rolling_upgrade_from_the_previous_release_loses_nothing(
         deadline = time.monotonic() + 30
         while not all(pairings(url)[p] for p in PAIRINGS):
             assert time.monotonic() < deadline, pairings(url)
+            assert submitter.failure is None, submitter.failure
             time.sleep(0.1)
 
         # -- retire the previous release: drain its server, then its workers ------------------
@@ -344,9 +356,7 @@ def test_a_rolling_upgrade_from_the_previous_release_loses_nothing(
             proc.proc.send_signal(signal.SIGTERM)
         for proc in (old_worker, crossed_old):
             assert proc.proc.wait(timeout=30) == 0, proc.stderr[-3000:]
-        target = submitter.n + 20  # this release alone, its worker moved off the old server
-        while submitter.n < target:
-            time.sleep(0.05)
+        submitter.wait_for(20)  # this release alone, its workers moved off the old server
         submitter.join()  # this release's workers settle what is left
 
         # -- what the database says ------------------------------------------------------------
