@@ -136,7 +136,23 @@ def main(argv: list[str] | None = None) -> int:
     trip.add_argument("--json", action="store_true", help="one JSON line instead of tables")
     trip.add_argument("--dump", type=Path, help="write every recorded call to this file")
     trip.add_argument("--smoke", action="store_true", help="one run, to check the runner works")
+    chaos = sub.add_parser(
+        "chaos", help="servers, workers and the database killed and stopped under load; checked"
+    )
+    chaos.add_argument("--profile", choices=["short", "long"], default="short")
+    chaos.add_argument("--seed", type=int, default=1, help="seeds the load and the faults")
+    chaos.add_argument("--servers", type=int, default=3, help="orbit server processes")
+    chaos.add_argument("--workers", type=int, default=4, help="SDK worker processes")
+    chaos.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="report folder")
+    chaos.add_argument("--allow-tmpfs", action="store_true", help=ALLOW_TMPFS_HELP)
     args = parser.parse_args(argv)
+    if args.scenario == "chaos":
+        from bench.chaos import run_chaos
+
+        return run_chaos(
+            profile=args.profile, seed=args.seed, servers=args.servers, workers=args.workers,
+            out=args.out, allow_tmpfs=args.allow_tmpfs,
+        )  # fmt: skip
     if args.scenario == "trip":
         runs = 1 if args.smoke else args.runs
         return run_trip(runs=runs, settle=args.settle, as_json=args.json, dump=args.dump)
