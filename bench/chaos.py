@@ -68,7 +68,7 @@ class Profile:
 
 
 PROFILES = {
-    "short": Profile("short", load_s=60, rate=12, faults=7, settle_s=45),
+    "short": Profile("short", load_s=60, rate=12, faults=7, settle_s=90),
     "long": Profile("long", load_s=660, rate=14, faults=70, settle_s=180),
 }
 
