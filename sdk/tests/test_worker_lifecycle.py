@@ -228,6 +228,29 @@ async def test_reconnects_go_round_the_urls() -> None:
             await conn.welcome()
 
 
+async def test_a_server_that_stops_answering_renewals_is_left_for_the_next_url() -> None:
+    async with FakeServer() as silent, FakeServer() as other:
+        worker, gates, contexts = blocking_worker([silent.url, other.url], concurrency=1)
+        async with running(worker):
+            conn = await silent.accept()
+            await conn.welcome(heartbeat_ms=100, lease_ms=3000)
+            await conn.send({"type": "tasks", "items": [delivery()]})
+            await conn.start_all()
+            await wait_for(lambda: "tsk_1" in contexts)
+            # From here the first server answers nothing, and its connection stays open.
+            await conn.heartbeat_with(("tsk_1", 1))
+            moved = await other.accept()
+            hello = await moved.welcome(heartbeat_ms=100, lease_ms=3000)
+            assert hello["held"] == [ref()]  # taken along, before its lease ran out
+            await asyncio.wait_for(conn.closed.wait(), TIMEOUT)
+            assert not contexts["tsk_1"].cancelled
+            gates["tsk_1"].set()
+            result = await moved.expect("result")
+            assert result["items"] == [{**ref(), "outcome": "succeeded", "result": "done tsk_1"}]
+            await moved.ack(result)
+            assert "result" not in conn.types()
+
+
 @pytest.mark.parametrize("code", [4403, 4409, 4400])
 async def test_fatal_close_codes_end_run_with_a_worker_error(code: int) -> None:
     async with FakeServer() as server:

@@ -215,9 +215,32 @@ class Session:
 
     async def _heartbeats(self) -> None:
         # Renewing is the one thing here that runs on a timer: the protocol asks for it.
+        # A server that stops answering renewals while its connection stays open (frozen,
+        # stalled, cut off without a reset) would let every lease held here run out, though
+        # another server could renew them: after half a lease without an answer the
+        # connection is dropped, and the worker takes its attempts to the next URL.
+        rt = self._runtime
+        beat_at = self._loop.time()
         while True:
-            self._heartbeat_now()
-            await asyncio.sleep(self._runtime.heartbeat_ms / 1000)
+            now = self._loop.time()
+            silent = self._silent_for(now)
+            if silent >= rt.lease_ms / 2000:
+                self._logger.warning(
+                    "the server has not answered a lease renewal for %.1f s: "
+                    "reconnecting, to another server if there is one",
+                    silent,
+                )
+                self._ws.transport.abort()  # a closing handshake would wait for it too
+                return
+            if now >= beat_at:
+                self._heartbeat_now()
+                beat_at = now + rt.heartbeat_ms / 1000
+            await asyncio.sleep(min(beat_at - now, rt.lease_ms / 8000))
+
+    def _silent_for(self, now: float) -> float:
+        """Seconds since the oldest renewal still waiting for its answer was sent."""
+        waiting = [r.sent_at for r in self._requests.values() if r.kind == "heartbeat"]
+        return now - min(waiting) if waiting else 0.0
 
     async def _close_after(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
