@@ -29,7 +29,7 @@ def checks() -> Iterator[Any]:
 
 
 def test_the_short_chaos_profile_holds_every_invariant(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "bench", "chaos", "--profile", "short", "--seed", "7",
+    command = [sys.executable, "-m", "bench", "chaos", "--profile", "short", "--seed", "10",
                "--out", str(tmp_path), "--allow-tmpfs"]  # fmt: skip
     done = subprocess.run(
         command, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False
@@ -48,8 +48,10 @@ def test_the_short_chaos_profile_holds_every_invariant(tmp_path: Path) -> None:
     # Every kind of fault was injected, each with its time.
     faults = document["faults"]
     assert {(f["action"], f["kind"]) for f in faults} >= {
-        ("kill", "server"), ("kill", "worker"), ("kill", "database"), ("stop", "database"),
+        ("kill", "server"), ("kill", "worker"), ("kill", "database"),
+        ("stop", "server"), ("stop", "worker"), ("stop", "database"),
     }  # fmt: skip
+    assert any(f["kind"] == "server" and f["action"] == "stop" and f["past_lease"] for f in faults)
     assert all(f["began"] > 0 and f["ended"] >= f["began"] for f in faults)
     # The load was re-sent after ambiguous answers and everything was acknowledged.
     load = document["load"]
