@@ -164,8 +164,7 @@ class Load:
                 time.sleep(0.2)
                 continue
             submit.status = answer.status_code
-            code = answer.json().get("error", {}).get("code") if answer.content else None
-            submit.outcome = "conflict" if code == "idempotency_conflict" else "rejected"
+            submit.outcome = "conflict" if b"idempotency_conflict" in answer.content else "rejected"
             return
         submit.outcome = "gave_up"
 

@@ -112,6 +112,7 @@ def check_all(
     db_windows: list[tuple[float, float]],
 ) -> list[Check]:
     return [
+        every_submit_acknowledged(submits),
         acknowledged_not_lost(submits, facts),
         one_task_per_key(submits, facts),
         every_task_settled(facts),
@@ -120,6 +121,20 @@ def check_all(
         *limits_held(records, facts),
         no_ack_while_database_down(submits, db_windows),
     ]
+
+
+def every_submit_acknowledged(submits: list[Submit]) -> Check:
+    """Every body the load sends is valid, and each fault ends: so every submit must in the end
+    be acknowledged, after as many re-sends as it takes (up to the load's bound)."""
+    refused = [s for s in submits if s.outcome != "acked"]
+    return Check(
+        "every submit acknowledged in the end",
+        not refused,
+        {"submits": len(submits), "not acknowledged": len(refused)},
+        [f"{s.key}: {s.outcome} (HTTP {s.status}) after {s.sends} sends" for s in refused][
+            :EXAMPLES
+        ],
+    )
 
 
 def acknowledged_not_lost(submits: list[Submit], facts: Facts) -> Check:
