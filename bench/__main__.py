@@ -139,7 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     chaos = sub.add_parser(
         "chaos", help="servers, workers and the database killed and stopped under load; checked"
     )
-    chaos.add_argument("--profile", choices=["short", "long"], default="short")
+    chaos.add_argument("--profile", choices=["short", "medium", "long"], default="short")
+    chaos.add_argument(
+        "--topology", choices=["single", "galera", "semisync"], default="single",
+        help="one MariaDB, a 3-node Galera cluster, or a primary with a semi-sync replica",
+    )  # fmt: skip
     chaos.add_argument("--seed", type=int, default=1, help="seeds the load and the faults")
     chaos.add_argument("--servers", type=int, default=3, help="orbit server processes")
     chaos.add_argument("--workers", type=int, default=4, help="SDK worker processes")
@@ -151,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_chaos(
             profile=args.profile, seed=args.seed, servers=args.servers, workers=args.workers,
-            out=args.out, allow_tmpfs=args.allow_tmpfs,
+            out=args.out, allow_tmpfs=args.allow_tmpfs, topology=args.topology,
         )  # fmt: skip
     if args.scenario == "trip":
         runs = 1 if args.smoke else args.runs

@@ -16,6 +16,7 @@ import asyncio
 import json
 import random
 import socket
+import statistics
 import tempfile
 import threading
 import time
@@ -29,8 +30,14 @@ import httpx2
 from bench import report
 from bench.baseline import _connect_args
 from bench.chaos_checks import Check, check_all, read_facts, read_records
+from bench.chaos_databases import (
+    TOPOLOGIES,
+    Database,
+    database_nodes,
+    open_database,
+    ready_elsewhere,
+)
 from bench.chaos_faults import (
-    DatabaseTarget,
     Fault,
     Injector,
     ServerTarget,
@@ -42,7 +49,7 @@ from bench.chaos_load import MIX, Load
 from bench.databases import SERVER_OPTIONS, data_parent
 from bench.storage import database_facts, on_memory
 from bench.throughput import _migrate_and_make_key
-from tests.harness.mariadb import MariaDBServer, free_port
+from tests.harness.mariadb import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TENANT = ENVIRONMENT = "bench"
@@ -51,6 +58,13 @@ HEARTBEAT_MS = 1000
 HOST = socket.gethostname()  # the SDK's worker id is <host>:<pid>
 # The database of a chaos run is small; no need for the benchmarks' 1 GiB buffer pool.
 DB_OPTIONS = (*SERVER_OPTIONS, "--innodb-buffer-pool-size=256M", "--innodb-log-file-size=96M")
+
+
+DESCRIBED = {
+    "single": "one MariaDB",
+    "galera": "a 3-node MariaDB Galera cluster (single writer)",
+    "semisync": "a MariaDB primary with a semi-synchronous replica",
+}
 
 
 @dataclass(frozen=True)
@@ -65,6 +79,7 @@ class Profile:
 
 PROFILES = {
     "short": Profile("short", load_s=60, rate=12, faults=7, settle_s=90),
+    "medium": Profile("medium", load_s=300, rate=12, faults=30, settle_s=180),
     "long": Profile("long", load_s=660, rate=14, faults=70, settle_s=180),
 }
 
@@ -80,12 +95,16 @@ class Recovery:
 class Run:
     """One chaos run: the topology, the load, the faults, the settling and the checks."""
 
-    def __init__(self, profile: Profile, seed: int, servers: int, workers: int) -> None:
+    def __init__(
+        self, profile: Profile, seed: int, servers: int, workers: int, topology: str = "single"
+    ) -> None:
         self.profile = profile
+        self.topology_name = topology
         self.seed = seed
         self.n_servers = servers
         self.n_workers = workers
-        self.db_url = ""
+        self.database: Database | None = None
+        self.windows: list[tuple[float, float]] = []
         self.recovery = Recovery([], [])
         self.began = 0.0
 
@@ -96,12 +115,21 @@ class Run:
         running: through a server, those of its node; through a worker, those of its worker
         id) and watch them, from the fault on, in a thread of its own."""
         if fault.kind == "database":
-            return None
+            if not hasattr(target, "replicated") or not target.replicated(fault.action):
+                return None
+            urls = [s.url for s in self.topology.servers]
+            away = target.address
+            watch = threading.Thread(
+                target=lambda: fault.recovery.update(_elsewhere(fault, urls, away)), daemon=True
+            )
+            watch.start()
+            return watch
         column, value = ("node", target.node) if fault.kind == "server" else (
             "worker_id", f"{HOST}:{target.pid()}")  # fmt: skip
-        held = asyncio.run(_held(self.db_url, column, value))
+        url = self.read_url()
+        held = asyncio.run(_held(url, column, value))
         watch = threading.Thread(
-            target=lambda: fault.recovery.update(asyncio.run(_released(self.db_url, fault, held))),
+            target=lambda: fault.recovery.update(asyncio.run(_released(url, fault, held))),
             daemon=True,
         )
         watch.start()
@@ -109,7 +137,20 @@ class Run:
 
     def recover(self, fault: Fault, target: Any, watch: threading.Thread | None) -> None:
         if fault.kind == "database":
-            fault.recovery = self._ready_again(fault)
+            if watch is not None:  # a replicated database: Orbit moved to another node
+                watch.join()
+                fault.recovery["fault"] = fault.action
+                promotion = getattr(target, "promotion_s", None)
+                if promotion is not None and fault.action == "kill":
+                    fault.recovery["promotion_s"] = round(promotion, 2)
+            else:
+                fault.recovery = self._ready_again(fault)
+            fault.recovery["node"] = fault.node or fault.target
+            # An outage only while no node could take a write: a single database, the primary
+            # until the replica is promoted, a Galera cluster left without a primary component.
+            if not getattr(target, "survivors_primary", False):
+                self.windows.append((fault.began, fault.ended))
+                fault.recovery["no writable node"] = True
             self.recovery.database_ready.append(fault.recovery)
         elif watch is not None:
             watch.join()
@@ -139,26 +180,32 @@ class Run:
 
     # -- the run ----------------------------------------------------------------------------
 
+    def read_url(self) -> str:
+        assert self.database is not None
+        return self.database.read_url()
+
     def execute(self, out: Path, allow_tmpfs: bool) -> int:
-        with MariaDBServer(data_parent(), DB_OPTIONS) as mariadb:
-            self.db_url = mariadb.create_database("bench_chaos")
-            facts = database_facts(mariadb.url(), private=True)
+        self.database = open_database(self.topology_name, data_parent(), DB_OPTIONS)
+        try:
+            self.database.start("bench_chaos")
+            facts = database_facts(self.database.any_server().url(), private=True)
             facts["tmpfs_allowed"] = allow_tmpfs
+            facts["topology"] = self.topology_name
             if on_memory(facts) and not allow_tmpfs:
                 print("python -m bench chaos: refused: the database's data is on a memory "
                       "filesystem; pass --allow-tmpfs to run anyway")  # fmt: skip
                 return 2
             with tempfile.TemporaryDirectory(prefix="orbit-chaos-") as folder:
-                document, body, passed = self._execute(mariadb, Path(folder))
+                document, body, passed = self._execute(self.database, Path(folder))
+        finally:
+            self.database.cleanup()
         path = report.write(out, "chaos", "Chaos", facts, document, body)
         print(f"report: {path}")
         return 0 if passed else 1
 
-    def _execute(
-        self, mariadb: MariaDBServer, records: Path
-    ) -> tuple[dict[str, Any], list[str], bool]:
-        key = asyncio.run(_migrate_and_make_key(self.db_url))
-        env = {"ORBIT_DATABASE_URL": self.db_url, "ORBIT_LOG_LEVEL": "warning",
+    def _execute(self, database: Database, records: Path) -> tuple[dict[str, Any], list[str], bool]:
+        key = asyncio.run(_migrate_and_make_key(database.server_url()))
+        env = {"ORBIT_DATABASE_URL": database.server_url(), "ORBIT_LOG_LEVEL": "warning",
                "ORBIT_LEASE_MS": str(LEASE_MS), "ORBIT_HEARTBEAT_MS": str(HEARTBEAT_MS),
                "ORBIT_HANDSHAKE_TIMEOUT_MS": str(LEASE_MS)}  # fmt: skip
         servers = [ServerTarget(f"s{n + 1}", free_port(), env) for n in range(self.n_servers)]
@@ -168,7 +215,7 @@ class Run:
             WorkerTarget(f"w{n + 1}", urls[n % len(urls) :] + urls[: n % len(urls)], worker_env, 4)
             for n in range(self.n_workers)
         ]
-        self.topology = Topology(servers, workers, [DatabaseTarget("db1", mariadb)])
+        self.topology = Topology(servers, workers, database.targets(urls))
         rng = random.Random(self.seed)
         schedule = plan(rng, seconds=self.profile.load_s, faults=self.profile.faults,
                         lease_s=LEASE_MS / 1000)  # fmt: skip
@@ -190,13 +237,12 @@ class Run:
             injector.finish()
             load.stop()
             load_ended = time.time()
-            settled = asyncio.run(_settle(self.db_url, self.profile.settle_s))
+            settled = asyncio.run(_settle(self.read_url(), self.profile.settle_s))
             settle_s = time.time() - load_ended
         finally:
             self.topology.close()
-        facts = asyncio.run(_read(self.db_url))
-        windows = [(f.began, f.ended) for f in injector.faults if f.kind == "database"]
-        checks = check_all(load.submits, read_records(records), facts, windows)
+        facts = asyncio.run(_read(self.read_url()))
+        checks = check_all(load.submits, read_records(records), facts, self.windows)
         if injector.errors:
             checks.append(Check("every fault injected and recovered", False, {},
                                 injector.errors))  # fmt: skip
@@ -218,7 +264,8 @@ class Run:
                 "servers": self.n_servers,
                 "workers": self.n_workers,
                 "worker capacity": 4,
-                "databases": 1,
+                "database": self.topology_name,
+                "databases": database_nodes(self.topology_name),
                 "lease_ms": LEASE_MS,
                 "heartbeat_ms": HEARTBEAT_MS,
             },
@@ -261,6 +308,14 @@ def _wait_for_workers(url: str, key: str, count: int) -> None:
                 return
             time.sleep(0.1)  # the workers connect on their own
     raise TimeoutError(f"{count} workers did not connect within 60 s")
+
+
+def _elsewhere(fault: Fault, urls: list[str], away: str) -> dict[str, Any]:
+    """From the fault on the node ``away`` to every server ready on another node."""
+    ready_at = ready_elsewhere(urls, away)
+    if len(ready_at) < len(urls):
+        return {"ready_elsewhere_s": None}
+    return {"ready_elsewhere_s": round(max(ready_at.values()) - fault.began, 2)}
 
 
 async def _held(url: str, column: str, value: str) -> dict[str, tuple[int, str]]:
@@ -358,7 +413,8 @@ def _markdown(doc: dict[str, Any]) -> list[str]:
         f"**Verdict: {doc['verdict'].upper()}** — profile `{p['name']}`, seed {doc['seed']}.",
         "",
         f"{t['servers']} `orbit server` processes and {t['workers']} SDK worker processes "
-        f"(capacity {t['worker capacity']} each) on one MariaDB; lease {t['lease_ms']} ms, "
+        f"(capacity {t['worker capacity']} each) on {DESCRIBED[t['database']]}; "
+        f"lease {t['lease_ms']} ms, "
         f"heartbeat {t['heartbeat_ms']} ms. Load: {p['rate']:g} tasks/s for {p['load_s']:g} s "
         f"from {p['clients']} client threads: {load['submits']:,} submits "
         f"({', '.join(f'{k} {v}' for k, v in load['by kind'].items())}), {load['sends']:,} sends, "
@@ -394,7 +450,9 @@ def _markdown(doc: dict[str, Any]) -> list[str]:
         )
     rec = doc["recovery"]
     released = [r["released_s"] for r in rec["released"] if r["tasks held"]]
-    ready = [r["ready_s"] for r in rec["database_ready"] if r["ready_s"] is not None]
+    ready = [r["ready_s"] for r in rec["database_ready"] if r.get("ready_s") is not None]
+    moved = [r["ready_elsewhere_s"] for r in rec["database_ready"] if "ready_elsewhere_s" in r]
+    moved_in = sorted(m for m in moved if m is not None)
     lines += [
         "",
         "## Recovery",
@@ -405,13 +463,26 @@ def _markdown(doc: dict[str, Any]) -> list[str]:
         "- database restarted (or continued) → every server ready again: "
         + (f"max {max(ready)} s over {len(ready)} outages" if ready else "—"),
     ]
+    if moved:
+        lines.append(
+            "- database node Orbit wrote through killed or stopped → every server ready on "
+            "another node: "
+            + (f"median {statistics.median(moved_in)} s, max {max(moved_in)} s over "
+               f"{len(moved_in)} faults" if moved_in else "—")
+            + (f"; {len(moved) - len(moved_in)} NOT within 60 s" if len(moved_in) < len(moved)
+               else "")
+        )  # fmt: skip
     return lines
 
 
 def run_chaos(
-    *, profile: str, seed: int, servers: int, workers: int, out: Path, allow_tmpfs: bool
-) -> int:
-    run = Run(PROFILES[profile], seed, servers, workers)
+    *, profile: str, seed: int, servers: int, workers: int, out: Path, allow_tmpfs: bool,
+    topology: str = "single",
+) -> int:  # fmt: skip
+    if topology not in TOPOLOGIES:
+        raise ValueError(f"unknown topology {topology!r}: one of {', '.join(TOPOLOGIES)}")
+    run = Run(PROFILES[profile], seed, servers, workers, topology)
     code = run.execute(out, allow_tmpfs)
-    print(json.dumps({"chaos": {"profile": profile, "seed": seed, "exit": code}}), flush=True)
+    print(json.dumps({"chaos": {"profile": profile, "topology": topology, "seed": seed,
+                                "exit": code}}), flush=True)  # fmt: skip
     return code

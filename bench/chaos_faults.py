@@ -2,10 +2,10 @@
 
 A topology is a set of *targets*, each one process the injector may ``kill -9`` (then start
 again) or ``SIGSTOP`` (then ``SIGCONT``): the ``orbit server`` processes, the SDK worker
-processes and the database nodes. A database node is one more kind of target: a replicated
-topology (several nodes) adds its nodes to ``Topology.databases`` and the injector picks among
-them as it picks among servers. Every fault is recorded with its times, on the run's clock
-(``time.time()``, the clock the workers' records and Orbit's own timestamps use on this host).
+processes and the database. On a replicated database (``bench.chaos_databases``) the
+database target is the node Orbit writes through, aimed at again before each fault. Every
+fault is recorded with its times, on the run's clock (``time.time()``, the clock the
+workers' records and Orbit's own timestamps use on this host).
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ class Target(Protocol):
 
     def restart(self) -> None:
         """Start the killed process again, and wait until it serves."""
+
+    def resume(self) -> None:
+        """``SIGCONT`` the stopped process (and wait until it is back, where that matters)."""
 
     def close(self) -> None:
         """Stop for good at the end of the run (SIGCONT first, if stopped)."""
@@ -88,6 +91,9 @@ class ServerTarget:
     def restart(self) -> None:
         self.start()
 
+    def resume(self) -> None:
+        _signal(self.pid(), signal.SIGCONT)
+
     def close(self) -> None:
         if self.process is not None:
             _signal(self.pid(), signal.SIGCONT)
@@ -124,6 +130,9 @@ class WorkerTarget:
     def restart(self) -> None:
         self.start()
 
+    def resume(self) -> None:
+        _signal(self.pid(), signal.SIGCONT)
+
     def close(self) -> None:
         if self.process is not None:
             _signal(self.pid(), signal.SIGCONT)
@@ -153,6 +162,9 @@ class DatabaseTarget:
     def restart(self) -> None:
         self.server.start()
 
+    def resume(self) -> None:
+        _signal(self.pid(), signal.SIGCONT)
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
             _signal(self.pid(), signal.SIGCONT)
@@ -162,7 +174,7 @@ class DatabaseTarget:
 class Topology:
     servers: list[ServerTarget]
     workers: list[WorkerTarget]
-    databases: list[DatabaseTarget]
+    databases: list[Any]  # DatabaseTarget, or a replicated topology's writer (chaos_databases)
 
     def of(self, kind: str) -> list[Any]:
         found: dict[str, list[Any]] = {
@@ -193,7 +205,7 @@ class Fault:
     ended: float = 0.0
     restarted: float = 0.0  # when the restart or SIGCONT returned
     past_lease: bool = False
-    node: str = ""  # a server's node id at the time of the fault
+    node: str = ""  # a server's node id, or a database node's address, at the fault
     recovery: dict[str, Any] = field(default_factory=dict)
 
 
@@ -269,9 +281,14 @@ class Injector:
             if not targets:
                 continue
             target = self.rng.choice(targets)
+            aim = getattr(target, "aim", None)
+            if aim is not None:  # a replicated database: the node Orbit writes through now
+                aim()
             fault = Fault(action, kind, target.name, held, past_lease=held > self.lease_s)
             if isinstance(target, ServerTarget):
                 fault.node = target.node
+            elif hasattr(target, "address"):
+                fault.node = target.address
             try:
                 self._inject(fault, target)
             except Exception as exc:  # a target that cannot come back ends the run's faults
@@ -291,6 +308,6 @@ class Injector:
         if fault.action == "kill":
             target.restart()
         else:
-            _signal(target.pid(), signal.SIGCONT)
+            target.resume()
         fault.restarted = time.time()
         self.recover(fault, target, seen)

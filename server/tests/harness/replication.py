@@ -63,6 +63,8 @@ class ReplicatedPair:
                 f"--rpl-semi-sync-master-timeout={self.semi_sync_timeout_ms}",
                 "--rpl-semi-sync-master-wait-point=AFTER_SYNC",
             ]
+        if self.promoted:  # the new primary: restarted, it stays writable (the procedure's
+            return common  # "set read_only=OFF in its configuration file too")
         return [
             *common,
             f"--rpl-semi-sync-slave-enabled={'ON' if self.semi_sync else 'OFF'}",
