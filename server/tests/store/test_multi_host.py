@@ -5,6 +5,8 @@ what is under test is the choice of node, not the copying of data."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -109,6 +111,31 @@ async def test_readiness_names_the_node_and_turns_down_when_it_becomes_read_only
             await db.run(write)
         read_only(first, False)
         assert (await probe.check()).ready
+    finally:
+        await db.close()
+
+
+async def test_a_node_that_stops_answering_is_left_when_readiness_times_out(
+    servers: tuple[MariaDBServer, MariaDBServer],
+) -> None:
+    """A frozen node (SIGSTOP: its connections neither answer nor fail) would hold every unit
+    until it woke; the readiness check's timeout leaves it, and it is tried last."""
+    first, second = servers
+    db = MySQLDatabase(url_of(first.port, second.port), connect_timeout_s=1)
+    assert first._process is not None
+    try:
+        await db.connect()
+        assert await written_to(db, servers) == first.port
+        os.kill(first._process.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(DatabaseUnavailable, match="did not answer in time"):
+                await db.ping()
+            assert db.database_node() is None  # dropped: the next unit chooses again
+            await db.run(write)  # on the second: the frozen one comes last
+            assert db.database_node() == (f"127.0.0.1:{second.port}", "primary")
+        finally:
+            os.kill(first._process.pid, signal.SIGCONT)
+        assert rows(second) >= 1 and await written_to(db, servers) == second.port
     finally:
         await db.close()
 

@@ -418,6 +418,7 @@ class MySQLDatabase(Database):
         #: The node the pools talk to (None while there are no pools).
         self.node: DatabaseNode | None = None
         self._current = url.endpoints[0]  # tried first at the next selection
+        self._silent: Endpoint | None = None  # stopped answering: tried last at the next one
         self._selections_failed = 0
         self._last_failure: NoWritableNode | None = None
         self._retiring: set[asyncio.Task[None]] = set()
@@ -515,6 +516,8 @@ class MySQLDatabase(Database):
     async def _select_node(self) -> tuple[ServerInfo, DatabaseNode]:
         """The first writable primary: the node used last first, then the URL's order."""
         order = [self._current, *(e for e in self.url.endpoints if e != self._current)]
+        if self._silent in order and len(order) > 1:
+            order = [e for e in order if e != self._silent] + [self._silent]
         refused: list[str] = []
         unsupported = False
         for endpoint in order:
@@ -528,6 +531,7 @@ class MySQLDatabase(Database):
                 unsupported = unsupported or isinstance(exc, UnsupportedServer)
                 refused.append(f"{endpoint_text(endpoint)}: {exc}")
             else:
+                self._silent = None
                 if endpoint != self._current:
                     log.warning("database node changed", node=node.address, role=node.role,
                                 refused="; ".join(refused))  # fmt: skip
@@ -622,6 +626,12 @@ class MySQLDatabase(Database):
     def database_node(self) -> tuple[str, str] | None:
         node = self.node
         return None if node is None else (node.address, node.role)
+
+    def _drop_current_pools(self) -> None:
+        for pool in (self._pool, self._read_pool):
+            if pool is not None:
+                self._drop_pools(pool)
+                return
 
     def _drop_pools(self, pool: Pool) -> None:
         """``pool``'s node failed: the next unit chooses a node again. The old pools close
@@ -743,15 +753,17 @@ class MySQLDatabase(Database):
             async with asyncio.timeout(self._connect_timeout_s):
                 variables, status = await self.read(role)
         except TimeoutError as exc:
+            if len(self.url.endpoints) > 1:
+                # A node that neither answers nor fails (frozen, its host hung, packets
+                # dropped) would hold every unit until it woke: leave it, try it last.
+                self._silent = self._current
+                self._drop_current_pools()
             raise DatabaseUnavailable("the database did not answer in time") from exc
         try:
             evaluate_node_role(_name_values(variables), _name_values(status))
         except NotWritable as exc:
             node = self.node
-            for pool in (self._pool, self._read_pool):
-                if pool is not None:
-                    self._drop_pools(pool)
-                    break
+            self._drop_current_pools()
             where = f" at {node.address}" if node else ""
             raise NodeNotWritable(f"the database node{where} is not writable: {exc}") from exc
 
