@@ -69,6 +69,9 @@ TEXT_BATCH_CHARS = 1 << 20  # most text sent in one multi-statement round trip (
 # trip about 130 µs (measured on a 2-core machine), so a larger statement runs prepared alone.
 TEXT_VALUES = 100
 CLOSE_GRACE_S = 5.0  # longest close() waits for connections still in use
+# With several hosts, a node whose readiness check gets no answer this long is left for
+# another: the check is two reads of server variables, milliseconds on a node that works.
+SILENT_AFTER_S = 2.0
 # A connection that could not be made or was lost: nothing of the unit was committed.
 _CONNECTION_CODES = frozenset({2002, 2003, 2005, 2006, 2013, 2014, 2055, 1053, 1927, 4031})
 _CONNECTION_EXCEPTIONS: tuple[type[BaseException], ...] = (
@@ -749,11 +752,14 @@ class MySQLDatabase(Database):
             galera = _name_values(variables).get("wsrep_on", "").upper() == "ON"
             return variables, (await tx.fetch_all("node_status") if galera else [])
 
+        several = len(self.url.endpoints) > 1
         try:
-            async with asyncio.timeout(self._connect_timeout_s):
+            async with asyncio.timeout(
+                min(self._connect_timeout_s, SILENT_AFTER_S) if several else self._connect_timeout_s
+            ):
                 variables, status = await self.read(role)
         except TimeoutError as exc:
-            if len(self.url.endpoints) > 1:
+            if several:
                 # A node that neither answers nor fails (frozen, its host hung, packets
                 # dropped) would hold every unit until it woke: leave it, try it last.
                 self._silent = self._current
